@@ -1,0 +1,221 @@
+#include "common/client.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "common/errors.h"
+#include "common/main_guard.h"
+#include "common/messages.h"
+#include "common/node.h"
+#include "common/options.h"
+#include "common/progress.h"
+#include "common/random_fill.h"
+#include "common/result_json.h"
+#include "common/shutdown.h"
+
+namespace tutorial {
+namespace {
+
+class RandomFillClient {
+ public:
+  RandomFillClient(const ClientOptions& options, const std::string& chapter, Node& node)
+      : options_(options),
+        chapter_(chapter),
+        node_(node),
+        nic0_(node.net(0, 0)),
+        send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize)),
+        send_region_(nic0_.Register(send_buffer_)) {}
+
+  int Run() {
+    std::vector<uint8_t> server_address = FromHex(options_.server);
+    fi_addr_t server;
+    try {
+      server = nic0_.AddPeer(server_address);
+    } catch (const RuntimeError& e) {
+      throw UsageError(std::string("--server: ") + e.what());
+    }
+
+    RandomFillRequest request = MakeRequest();
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
+        node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
+          if (data == request.remote_context) ++notices_;
+        });
+      }
+    }
+
+    Send(server, Encode(MakeConnect()), "CONNECT");
+    auto start = Clock::now();
+    Send(server, Encode(request), "RANDOM_FILL");
+    std::printf("Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
+                "the server's writes...\n",
+                request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
+                static_cast<unsigned long long>(request.seed));
+    std::fflush(stdout);
+
+    size_t expected = node_.num_gpus() * node_.nics_per_gpu();
+    auto deadline = start + std::chrono::duration<double>(options_.timeout);
+    while (notices_ < expected) {
+      PollAll();
+      if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
+      if (Clock::now() > deadline) {
+        throw RuntimeError("timed out after " + std::to_string(options_.timeout) +
+                           " s waiting for the server's writes (" + std::to_string(notices_) +
+                           " of " + std::to_string(expected) + " NICs reported)");
+      }
+    }
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("All %zu NIC(s) reported the last write after %.3f s.\n", expected, seconds);
+    return Verify(request, seconds);
+  }
+
+ private:
+  void PollAll() {
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
+    }
+  }
+
+  ConnectMessage MakeConnect() const {
+    ConnectMessage m;
+    m.num_gpus = static_cast<uint32_t>(node_.num_gpus());
+    m.nics_per_gpu = static_cast<uint32_t>(node_.nics_per_gpu());
+    m.buffers_per_gpu = node_.buffers_per_gpu();
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
+        m.nic_addresses.push_back(node_.net(g, n).address());
+        for (uint32_t b = 0; b < node_.buffers_per_gpu(); ++b) {
+          const MemoryRegion& region = node_.region(g, n, b);
+          m.regions.push_back(RemoteRegion{region.remote_addr(), region.size(), region.key()});
+        }
+      }
+    }
+    return m;
+  }
+
+  RandomFillRequest MakeRequest() const {
+    RandomFillRequest r;
+    r.seed = options_.seed != 0
+                 ? options_.seed
+                 : static_cast<uint64_t>(Clock::now().time_since_epoch().count()) | 1;
+    r.remote_context = static_cast<uint32_t>(RandomStream(r.seed, 0xC0, 0x7E).Word(0)) | 1;
+    r.page_size = options_.page_size;
+    r.page_indices = SamplePageSlots(r.seed, node_.buffer_size() / options_.page_size, options_.pages);
+    return r;
+  }
+
+  // SENDs one message on NIC 0 and waits, bounded by --connect-timeout, for
+  // the provider to report it delivered.
+  void Send(fi_addr_t server, const std::vector<uint8_t>& message, const char* what) {
+    send_buffer_.CopyFromHost(0, message.data(), message.size());
+    bool done = false;
+    std::string error;
+    nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
+                   [&](Network&, RdmaOp& op) {
+                     done = true;
+                     if (!op.ok()) error = op.error_message;
+                   });
+    auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
+    while (!done) {
+      PollAll();
+      if (StopRequested()) break;
+      if (Clock::now() > deadline) break;
+    }
+    if (!done || !error.empty()) {
+      std::string why = !done ? "no answer within " + std::to_string(options_.connect_timeout) + " s"
+                              : error;
+      // Leave the send's context alive: the provider may still complete it.
+      DrainOrAbandon();
+      throw RuntimeError(std::string("cannot reach the server with ") + what + ": " + why +
+                         " (is it running, with the same --provider?)");
+    }
+  }
+
+  void DrainOrAbandon() {
+    auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (nic0_.outstanding_transmits() > 0 && Clock::now() < deadline) {
+      try {
+        PollAll();
+      } catch (const std::exception&) {
+        break;
+      }
+    }
+  }
+
+  int Verify(const RandomFillRequest& request, double seconds) {
+    auto start = Clock::now();
+    std::vector<uint8_t> host(node_.buffer_size());
+    VerifyReport total;
+    std::string first_bad;
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (uint32_t b = 0; b < node_.buffers_per_gpu(); ++b) {
+        node_.buffer(g, b).CopyToHost(0, host.data(), host.size());
+        VerifyReport report = VerifyPages(RandomStream(request.seed, static_cast<uint32_t>(g), b),
+                                          host.data(), host.size(), request.page_size,
+                                          request.page_indices);
+        total.pages_checked += report.pages_checked;
+        total.bytes_checked += report.bytes_checked;
+        total.bad_pages += report.bad_pages;
+        if (report.bad_pages > 0 && first_bad.empty()) {
+          first_bad = "GPU " + std::to_string(g) + " buffer " + std::to_string(b) + " page " +
+                      std::to_string(report.first_bad_page) + " (slot " +
+                      std::to_string(request.page_indices[report.first_bad_page]) + ")";
+        }
+      }
+    }
+    double verify_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    bool ok = total.bad_pages == 0;
+    if (ok) {
+      std::printf("Verified %llu page(s), %s: every byte correct (%.3f s).\n",
+                  static_cast<unsigned long long>(total.pages_checked),
+                  FormatBytes(total.bytes_checked).c_str(), verify_seconds);
+    } else {
+      std::fprintf(stderr, "%s/client: error: %llu of %llu page(s) wrong, first: %s\n",
+                   chapter_.c_str(), static_cast<unsigned long long>(total.bad_pages),
+                   static_cast<unsigned long long>(total.pages_checked), first_bad.c_str());
+    }
+    if (!options_.result_json.empty()) {
+      nlohmann::json r = ResultRecord(chapter_, "client");
+      r["provider"] = node_.fabric().provider;
+      r["memory"] = MemoryKindName(node_.fabric().memory);
+      r["gpus"] = node_.num_gpus();
+      r["nics_per_gpu"] = node_.nics_per_gpu();
+      r["page_size"] = request.page_size;
+      r["pages"] = request.num_pages();
+      r["seed"] = request.seed;
+      r["seconds"] = seconds;
+      r["verified"] = ok;
+      r["bad_pages"] = total.bad_pages;
+      AppendResult(options_.result_json, r);
+    }
+    return ok ? 0 : 1;
+  }
+
+  const ClientOptions& options_;
+  const std::string& chapter_;
+  Node& node_;
+  Network& nic0_;
+  Buffer send_buffer_;
+  MemoryRegion send_region_;
+  size_t notices_ = 0;
+};
+
+}  // namespace
+
+int ClientMain(int argc, char** argv, const std::string& chapter) {
+  std::string program = chapter + "/client";
+  return GuardedMain(program.c_str(), [&]() -> int {
+    ClientOptions options;
+    if (!ParseClientOptions(argc, argv, chapter, &options)) return 0;
+    InstallStopHandlers();
+    Node node(options, kBuffersPerGpu, options.buffer_size);
+    node.PrintSummary(std::cout);
+    std::cout.flush();
+    if (options.print_topology) return 0;
+    RandomFillClient client(options, chapter, node);
+    return client.Run();
+  });
+}
+
+}  // namespace tutorial

@@ -1,0 +1,40 @@
+// RAII for libfabric objects: every fid is closed exactly once, in reverse
+// order of creation, even when a constructor throws halfway.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
+
+#include <memory>
+#include <string>
+
+#include "common/errors.h"
+
+namespace tutorial {
+
+// Closes any libfabric object through its embedded `struct fid`.
+template <typename T>
+struct FidCloser {
+  void operator()(T* object) const {
+    if (object != nullptr) fi_close(&object->fid);
+  }
+};
+
+template <typename T>
+using FidPtr = std::unique_ptr<T, FidCloser<T>>;
+
+// Owns a list returned by fi_getinfo (or one fi_dupinfo'ed entry).
+struct FiInfoFree {
+  void operator()(fi_info* info) const { fi_freeinfo(info); }
+};
+using FiInfoPtr = std::unique_ptr<fi_info, FiInfoFree>;
+
+// Throws RuntimeError("<what>: <libfabric's message>") when `ret` is an
+// error code (negative), so call sites stay one line long.
+inline void CheckFabric(long ret, const char* what) {
+  if (ret < 0) {
+    throw RuntimeError(std::string(what) + ": " + fi_strerror(static_cast<int>(-ret)));
+  }
+}
+
+}  // namespace tutorial

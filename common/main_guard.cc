@@ -1,0 +1,34 @@
+#include "common/main_guard.h"
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "common/errors.h"
+
+namespace tutorial {
+namespace {
+
+int Report(const char* program, const char* message, int code) {
+  std::string line(message);
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: error: %s\n", program, line.c_str());
+  return code;
+}
+
+}  // namespace
+
+int GuardedMain(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    return Report(program, e.what(), 2);
+  } catch (const std::exception& e) {
+    return Report(program, e.what(), 1);
+  }
+}
+
+}  // namespace tutorial

@@ -1,0 +1,268 @@
+#include "common/messages.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/errors.h"
+
+namespace tutorial {
+namespace {
+
+class ByteWriter {
+ public:
+  void U16(uint16_t v) { Little(v, 2); }
+  void U32(uint32_t v) { Little(v, 4); }
+  void U64(uint64_t v) { Little(v, 8); }
+  void Bytes(const std::vector<uint8_t>& b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  std::vector<uint8_t> Finish(MessageType type) {
+    std::vector<uint8_t> message;
+    message.reserve(kMessageHeaderSize + out_.size());
+    ByteWriter header;
+    header.U32(kMessageMagic);
+    header.U32(static_cast<uint32_t>(type));
+    header.U32(static_cast<uint32_t>(out_.size()));
+    message = std::move(header.out_);
+    message.insert(message.end(), out_.begin(), out_.end());
+    return message;
+  }
+
+ private:
+  void Little(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> out_;
+};
+
+// Reads fields and refuses to step past the bytes that actually arrived.
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* data, size_t length, const char* what)
+      : data_(data), length_(length), what_(what) {}
+  uint16_t U16() { return static_cast<uint16_t>(Little(2)); }
+  uint32_t U32() { return static_cast<uint32_t>(Little(4)); }
+  uint64_t U64() { return Little(8); }
+  std::vector<uint8_t> Bytes(size_t n) {
+    Need(n);
+    std::vector<uint8_t> b(data_ + pos_, data_ + pos_ + n);
+    pos_ += n;
+    return b;
+  }
+  size_t remaining() const { return length_ - pos_; }
+  void ExpectEnd() const {
+    if (pos_ != length_) {
+      throw ProtocolError(std::string(what_) + ": " + std::to_string(length_ - pos_) +
+                          " unexpected trailing bytes");
+    }
+  }
+
+ private:
+  void Need(size_t n) const {
+    if (n > length_ - pos_) {
+      throw ProtocolError(std::string(what_) + ": truncated (needs " + std::to_string(n) +
+                          " more bytes at offset " + std::to_string(pos_) + ", has " +
+                          std::to_string(length_ - pos_) + ")");
+    }
+  }
+  uint64_t Little(int n) {
+    Need(static_cast<size_t>(n));
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= uint64_t{data_[pos_ + i]} << (8 * i);
+    pos_ += static_cast<size_t>(n);
+    return v;
+  }
+  const uint8_t* data_;
+  size_t length_;
+  size_t pos_ = 0;
+  const char* what_;
+};
+
+// Returns a reader positioned on the body after checking the header.
+ByteReader OpenBody(const uint8_t* data, size_t length, MessageType expected, const char* what) {
+  if (PeekMessageType(data, length) != expected) {
+    throw ProtocolError(std::string(what) + ": wrong message type");
+  }
+  return ByteReader(data + kMessageHeaderSize, length - kMessageHeaderSize, what);
+}
+
+}  // namespace
+
+std::vector<uint8_t> Encode(const ConnectMessage& m) {
+  ByteWriter w;
+  w.U32(m.num_gpus);
+  w.U32(m.nics_per_gpu);
+  w.U32(m.buffers_per_gpu);
+  for (const auto& address : m.nic_addresses) {
+    w.U16(static_cast<uint16_t>(address.size()));
+    w.Bytes(address);
+  }
+  for (const auto& region : m.regions) {
+    w.U64(region.addr);
+    w.U64(region.size);
+    w.U64(region.key);
+  }
+  return w.Finish(MessageType::kConnect);
+}
+
+std::vector<uint8_t> Encode(const RandomFillRequest& m) {
+  ByteWriter w;
+  w.U32(m.remote_context);
+  w.U64(m.seed);
+  w.U64(m.page_size);
+  w.U64(m.page_indices.size());
+  for (uint32_t index : m.page_indices) w.U32(index);
+  return w.Finish(MessageType::kRandomFill);
+}
+
+MessageType PeekMessageType(const uint8_t* data, size_t length) {
+  if (length < kMessageHeaderSize) {
+    throw ProtocolError("message of " + std::to_string(length) + " bytes is shorter than a header");
+  }
+  ByteReader header(data, kMessageHeaderSize, "header");
+  uint32_t magic = header.U32();
+  uint32_t type = header.U32();
+  uint32_t body = header.U32();
+  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL1 magic");
+  if (body != length - kMessageHeaderSize) {
+    throw ProtocolError("header announces " + std::to_string(body) + " body bytes, " +
+                        std::to_string(length - kMessageHeaderSize) + " arrived");
+  }
+  if (type != static_cast<uint32_t>(MessageType::kConnect) &&
+      type != static_cast<uint32_t>(MessageType::kRandomFill)) {
+    throw ProtocolError("unknown message type " + std::to_string(type));
+  }
+  return static_cast<MessageType>(type);
+}
+
+ConnectMessage DecodeConnect(const uint8_t* data, size_t length) {
+  ByteReader r = OpenBody(data, length, MessageType::kConnect, "CONNECT");
+  ConnectMessage m;
+  m.num_gpus = r.U32();
+  m.nics_per_gpu = r.U32();
+  m.buffers_per_gpu = r.U32();
+  if (m.num_gpus == 0 || m.num_gpus > kMaxGpus || m.nics_per_gpu == 0 ||
+      m.nics_per_gpu > kMaxNicsPerGpu || m.buffers_per_gpu == 0 ||
+      m.buffers_per_gpu > kMaxBuffersPerGpu) {
+    throw ProtocolError("CONNECT: layout out of range (" + std::to_string(m.num_gpus) + " GPUs, " +
+                        std::to_string(m.nics_per_gpu) + " NICs per GPU, " +
+                        std::to_string(m.buffers_per_gpu) + " buffers per GPU)");
+  }
+  size_t nics = m.num_nics();
+  m.nic_addresses.reserve(nics);
+  for (size_t i = 0; i < nics; ++i) {
+    uint16_t len = r.U16();
+    if (len == 0 || len > kMaxAddressLength) {
+      throw ProtocolError("CONNECT: NIC " + std::to_string(i) + " address length " +
+                          std::to_string(len) + " out of range");
+    }
+    m.nic_addresses.push_back(r.Bytes(len));
+  }
+  size_t regions = nics * m.buffers_per_gpu;
+  if (r.remaining() != regions * 24) {
+    throw ProtocolError("CONNECT: " + std::to_string(r.remaining()) + " bytes of regions, expected " +
+                        std::to_string(regions * 24));
+  }
+  m.regions.resize(regions);
+  for (auto& region : m.regions) {
+    region.addr = r.U64();
+    region.size = r.U64();
+    region.key = r.U64();
+  }
+  r.ExpectEnd();
+  return m;
+}
+
+RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
+  ByteReader r = OpenBody(data, length, MessageType::kRandomFill, "RANDOM_FILL");
+  RandomFillRequest m;
+  m.remote_context = r.U32();
+  m.seed = r.U64();
+  m.page_size = r.U64();
+  uint64_t num_pages = r.U64();
+  if (num_pages == 0 || num_pages != r.remaining() / 4 || r.remaining() % 4 != 0) {
+    throw ProtocolError("RANDOM_FILL: announces " + std::to_string(num_pages) + " pages but carries " +
+                        std::to_string(r.remaining()) + " bytes of indices");
+  }
+  m.page_indices.resize(num_pages);
+  for (auto& index : m.page_indices) index = r.U32();
+  r.ExpectEnd();
+  return m;
+}
+
+void CheckConnectFitsServer(const ConnectMessage& c, const ServerLayout& s) {
+  if (c.num_gpus != s.num_gpus || c.nics_per_gpu != s.nics_per_gpu ||
+      c.buffers_per_gpu != s.buffers_per_gpu) {
+    throw ProtocolError("CONNECT: client has " + std::to_string(c.num_gpus) + " GPUs x " +
+                        std::to_string(c.nics_per_gpu) + " NICs x " +
+                        std::to_string(c.buffers_per_gpu) + " buffers, server has " +
+                        std::to_string(s.num_gpus) + " x " + std::to_string(s.nics_per_gpu) +
+                        " x " + std::to_string(s.buffers_per_gpu) +
+                        " (start the client with the server's --gpus and --nics-per-gpu)");
+  }
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const RemoteRegion& region = c.regions[i];
+    if (region.size == 0 || region.addr > std::numeric_limits<uint64_t>::max() - region.size) {
+      throw ProtocolError("CONNECT: region " + std::to_string(i) + " is empty or wraps around");
+    }
+  }
+}
+
+void CheckRequestFits(const RandomFillRequest& q, const ConnectMessage& c, const ServerLayout& s) {
+  if (q.page_size == 0 || q.page_size % 8 != 0) {
+    throw ProtocolError("RANDOM_FILL: page size " + std::to_string(q.page_size) +
+                        " is not a positive multiple of 8");
+  }
+  uint64_t pages = q.num_pages();
+  if (pages > s.buffer_size / q.page_size) {
+    throw ProtocolError("RANDOM_FILL: " + std::to_string(pages) + " pages of " +
+                        std::to_string(q.page_size) + " bytes exceed the server's buffer of " +
+                        std::to_string(s.buffer_size) + " bytes");
+  }
+  // Every page must land inside the smallest region it could target.
+  uint64_t smallest = std::numeric_limits<uint64_t>::max();
+  for (const auto& region : c.regions) smallest = std::min(smallest, region.size);
+  uint64_t slots = smallest / q.page_size;
+  std::vector<bool> used(slots, false);
+  for (uint64_t j = 0; j < pages; ++j) {
+    uint32_t slot = q.page_indices[j];
+    if (slot >= slots) {
+      throw ProtocolError("RANDOM_FILL: page index " + std::to_string(slot) +
+                          " outside the client's " + std::to_string(slots) + " slots");
+    }
+    if (used[slot]) {
+      throw ProtocolError("RANDOM_FILL: page index " + std::to_string(slot) + " repeats");
+    }
+    used[slot] = true;
+  }
+}
+
+std::string ToHex(const std::vector<uint8_t>& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    hex.push_back(kDigits[b >> 4]);
+    hex.push_back(kDigits[b & 15]);
+  }
+  return hex;
+}
+
+std::vector<uint8_t> FromHex(const std::string& hex) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    throw UsageError("server address is not hex: unexpected character '" + std::string(1, c) + "'");
+  };
+  if (hex.empty()) throw UsageError("server address is empty");
+  if (hex.size() % 2 != 0) throw UsageError("server address has an odd number of hex digits");
+  if (hex.size() / 2 > kMaxAddressLength) {
+    throw UsageError("server address is longer than " + std::to_string(kMaxAddressLength) + " bytes");
+  }
+  std::vector<uint8_t> bytes(hex.size() / 2);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  }
+  return bytes;
+}
+
+}  // namespace tutorial

@@ -1,0 +1,98 @@
+// The RANDOM_FILL protocol's two messages, their wire format, and every
+// check the server makes before it trusts them.
+//
+// Wire format (little-endian):
+//   header   u32 magic "RFL1", u32 type, u32 body length
+//   CONNECT  u32 gpus, u32 nics_per_gpu, u32 buffers_per_gpu,
+//            per NIC:  u16 address length, address bytes
+//            per (gpu, nic, buffer): u64 addr, u64 size, u64 key
+//   RANDOM_FILL
+//            u32 remote_context, u64 seed, u64 page_size, u64 num_pages,
+//            num_pages x u32 page index
+// Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
+// names, tcp's are socket addresses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tutorial {
+
+enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2 };
+
+constexpr uint32_t kMessageMagic = 0x314C4652;  // "RFL1" read as little-endian bytes
+constexpr size_t kMessageHeaderSize = 12;
+// The server's receive buffers; anything longer arrives truncated and is
+// rejected. Enough for 262,000 page indices.
+constexpr size_t kMaxMessageSize = 1 << 20;
+constexpr size_t kMaxAddressLength = 256;
+constexpr uint32_t kMaxGpus = 1024;
+constexpr uint32_t kMaxNicsPerGpu = 64;
+constexpr uint32_t kMaxBuffersPerGpu = 16;
+
+// A peer's registered memory: where to write, how much is there, which key.
+struct RemoteRegion {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  uint64_t key = 0;
+};
+
+struct ConnectMessage {
+  uint32_t num_gpus = 0;
+  uint32_t nics_per_gpu = 0;
+  uint32_t buffers_per_gpu = 0;
+  std::vector<std::vector<uint8_t>> nic_addresses;  // num_gpus * nics_per_gpu
+  std::vector<RemoteRegion> regions;                // (gpu, nic, buffer) order
+
+  size_t num_nics() const { return size_t{num_gpus} * nics_per_gpu; }
+  // Region of `buffer` of `gpu` as registered on the GPU's NIC `nic`.
+  const RemoteRegion& region(size_t gpu, size_t nic, size_t buffer) const {
+    return regions[(gpu * nics_per_gpu + nic) * buffers_per_gpu + buffer];
+  }
+};
+
+struct RandomFillRequest {
+  uint32_t remote_context = 0;
+  uint64_t seed = 0;
+  uint64_t page_size = 0;
+  std::vector<uint32_t> page_indices;  // slot of page j in the client's buffers
+
+  uint64_t num_pages() const { return page_indices.size(); }
+};
+
+std::vector<uint8_t> Encode(const ConnectMessage& message);
+std::vector<uint8_t> Encode(const RandomFillRequest& message);
+
+// Decoders check the header, every length against the bytes received, and
+// the message's own consistency. They throw ProtocolError in one line.
+MessageType PeekMessageType(const uint8_t* data, size_t length);
+ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
+RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
+
+// What the server is: its layout and buffer size.
+struct ServerLayout {
+  uint32_t num_gpus = 0;
+  uint32_t nics_per_gpu = 0;
+  uint32_t buffers_per_gpu = 0;
+  uint64_t buffer_size = 0;
+};
+
+// Checks a decoded CONNECT against the server's layout (counts must match,
+// regions must not wrap around). Throws ProtocolError.
+void CheckConnectFitsServer(const ConnectMessage& connect, const ServerLayout& server);
+
+// Checks a request against the server and the client's regions: page size
+// and count, the server's buffers hold the pages, every index is a distinct
+// slot and every page lands inside the region it targets. Throws ProtocolError.
+void CheckRequestFits(const RandomFillRequest& request, const ConnectMessage& connect,
+                      const ServerLayout& server);
+
+// Hex form of an endpoint address, as printed by the server and passed to
+// the client's --server flag.
+std::string ToHex(const std::vector<uint8_t>& bytes);
+// Throws UsageError for an empty, odd-length, non-hex or over-long string.
+std::vector<uint8_t> FromHex(const std::string& hex);
+
+}  // namespace tutorial

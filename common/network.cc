@@ -1,0 +1,377 @@
+#include "common/network.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+
+#include <cstring>
+#include <set>
+#include <utility>
+
+namespace tutorial {
+namespace {
+
+constexpr size_t kOpChunk = 1024;
+constexpr size_t kCqBatch = 32;
+
+// libfabric 1.20 added dma-buf registration; older headers lack the types.
+#if defined(FI_MR_DMABUF)
+constexpr bool kHaveDmabuf = true;
+#else
+constexpr bool kHaveDmabuf = false;
+#endif
+
+FiInfoPtr MakeHints(const FabricChoice& choice) {
+  FiInfoPtr hints(fi_allocinfo());
+  if (!hints) throw RuntimeError("fi_allocinfo failed");
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
+  // We supply per-operation scratch space, so providers that need it
+  // (efa-direct wants FI_CONTEXT2) are welcome.
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  if (choice.memory == MemoryKind::kCuda) {
+    hints->caps |= FI_HMEM;
+    hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  }
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->tx_attr->op_flags = FI_COMPLETION;
+  hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
+  return hints;
+}
+
+}  // namespace
+
+std::string ResolveProvider(const std::string& requested) {
+  if (requested != "auto") return requested;
+  FabricChoice efa{"efa", MemoryKind::kHost, ""};
+  fi_info* found = nullptr;
+  FiInfoPtr hints = MakeHints(efa);
+  int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &found);
+  FiInfoPtr owned(found);
+  return (ret == 0 && found != nullptr) ? "efa" : "tcp";
+}
+
+std::vector<FiInfoPtr> FindNics(const FabricChoice& choice) {
+  FiInfoPtr hints = MakeHints(choice);
+  fi_info* list = nullptr;
+  int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &list);
+  FiInfoPtr owned_list(list);
+  if (ret != 0 || list == nullptr) {
+    if (choice.memory == MemoryKind::kCuda) {
+      // Ask again without FI_HMEM to tell "no provider" from "no GPU memory".
+      FabricChoice host = choice;
+      host.memory = MemoryKind::kHost;
+      FiInfoPtr host_hints = MakeHints(host);
+      fi_info* host_list = nullptr;
+      if (fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, host_hints.get(), &host_list) == 0 &&
+          host_list != nullptr) {
+        fi_freeinfo(host_list);
+        throw UsageError("provider '" + choice.provider +
+                         "' cannot register CUDA memory (no FI_HMEM in this libfabric); use "
+                         "--memory host, or --provider shm/efa with a CUDA-enabled libfabric");
+      }
+    }
+    throw UsageError("provider '" + choice.provider + "' is not available (fi_getinfo: " +
+                     fi_strerror(ret < 0 ? -ret : FI_ENODATA) + "); try --provider shm or tcp");
+  }
+
+  std::vector<FiInfoPtr> nics;
+  std::set<std::string> seen_domains;
+  for (fi_info* info = list; info != nullptr; info = info->next) {
+    std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
+    if (!choice.domain.empty() && domain != choice.domain) continue;
+    // tcp lists IPv4 and IPv6 per interface; one endpoint per domain is enough.
+    if (!seen_domains.insert(domain).second) continue;
+    nics.emplace_back(fi_dupinfo(info));
+  }
+  if (nics.empty()) {
+    std::string domains;
+    for (fi_info* info = list; info != nullptr; info = info->next) {
+      std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
+      if (domains.find(domain) == std::string::npos) domains += (domains.empty() ? "" : ", ") + domain;
+    }
+    throw UsageError("provider '" + choice.provider + "' has no domain '" + choice.domain +
+                     "' (it has: " + domains + ")");
+  }
+  return nics;
+}
+
+Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
+  name_ = info_->domain_attr->name ? info_->domain_attr->name : "?";
+  virt_addr_ = (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  hmem_ = (info_->caps & FI_HMEM) != 0;
+
+  fid_fabric* fabric = nullptr;
+  CheckFabric(fi_fabric(info_->fabric_attr, &fabric, nullptr), "fi_fabric");
+  fabric_.reset(fabric);
+
+  fid_domain* domain = nullptr;
+  CheckFabric(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
+  domain_.reset(domain);
+
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_DATA;
+  cq_attr.wait_obj = FI_WAIT_NONE;  // we busy-poll: the tutorial is about speed
+  fid_cq* cq = nullptr;
+  CheckFabric(fi_cq_open(domain_.get(), &cq_attr, &cq, nullptr), "fi_cq_open");
+  cq_.reset(cq);
+
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  fid_av* av = nullptr;
+  CheckFabric(fi_av_open(domain_.get(), &av_attr, &av, nullptr), "fi_av_open");
+  av_.reset(av);
+
+  fid_ep* ep = nullptr;
+  CheckFabric(fi_endpoint(domain_.get(), info_.get(), &ep, nullptr), "fi_endpoint");
+  ep_.reset(ep);
+  CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind(av)");
+  CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+  CheckFabric(fi_enable(ep_.get()), "fi_enable");
+
+  size_t addrlen = 0;
+  fi_getname(&ep_->fid, nullptr, &addrlen);  // asks for the length
+  address_.resize(addrlen);
+  CheckFabric(fi_getname(&ep_->fid, address_.data(), &addrlen), "fi_getname");
+  address_.resize(addrlen);
+}
+
+Network::~Network() {
+  // Close in reverse order of opening: endpoint before AV and CQ, those
+  // before the domain, the domain before the fabric.
+  ep_.reset();
+  av_.reset();
+  cq_.reset();
+  domain_.reset();
+  fabric_.reset();
+}
+
+double Network::link_gbps() const {
+  if (info_->nic == nullptr || info_->nic->link_attr == nullptr) return 0;
+  return static_cast<double>(info_->nic->link_attr->speed) / 1e9;
+}
+
+MemoryRegion Network::Register(const Buffer& buffer) {
+  fi_mr_attr attr{};
+  iovec iov{buffer.data(), buffer.size()};
+  attr.access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  attr.iface = FI_HMEM_SYSTEM;
+  // Without FI_MR_PROV_KEY (shm, tcp) the application picks the keys.
+  if (!(info_->domain_attr->mr_mode & FI_MR_PROV_KEY)) attr.requested_key = next_mr_key_++;
+  uint64_t flags = 0;
+  bool dmabuf = false;
+  if (buffer.kind() == MemoryKind::kCuda) {
+    if (!hmem_) throw UsageError("provider '" + std::string(info_->fabric_attr->prov_name) +
+                                 "' was opened without FI_HMEM; cannot register CUDA memory");
+    attr.iface = FI_HMEM_CUDA;
+    attr.device.cuda = buffer.cuda_device();
+    // shm takes its GPU-to-GPU (CUDA IPC) path only for device-only memory;
+    // without the flag it bounces through host memory, ~40x slower.
+    flags |= FI_HMEM_DEVICE_ONLY;
+  }
+  fid_mr* mr = nullptr;
+#if defined(FI_MR_DMABUF)
+  // EFA reaches GPU memory through dma-buf where the driver offers it.
+  int fd = buffer.kind() == MemoryKind::kCuda &&
+                   std::string(info_->fabric_attr->prov_name).find("efa") != std::string::npos
+               ? buffer.DmabufFd()
+               : -1;
+  if (fd >= 0) {
+    fi_mr_dmabuf dmabuf_attr{};
+    dmabuf_attr.fd = fd;
+    dmabuf_attr.offset = 0;
+    dmabuf_attr.len = buffer.size();
+    dmabuf_attr.base_addr = buffer.data();
+    fi_mr_attr dattr = attr;
+    dattr.dmabuf = &dmabuf_attr;
+    dattr.iov_count = 1;
+    if (fi_mr_regattr(domain_.get(), &dattr, flags | FI_MR_DMABUF, &mr) == 0) dmabuf = true;
+  }
+#endif
+  (void)kHaveDmabuf;
+  if (mr == nullptr) {
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    CheckFabric(fi_mr_regattr(domain_.get(), &attr, flags, &mr), "fi_mr_regattr");
+  }
+  FidPtr<fid_mr> owned(mr);
+  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    CheckFabric(fi_mr_bind(mr, &ep_->fid, 0), "fi_mr_bind");
+    CheckFabric(fi_mr_enable(mr), "fi_mr_enable");
+  }
+  uint64_t remote_addr = virt_addr_ ? reinterpret_cast<uint64_t>(buffer.data()) : 0;
+  return MemoryRegion(std::move(owned), remote_addr, buffer.size(), dmabuf);
+}
+
+fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
+  fi_addr_t peer = FI_ADDR_UNSPEC;
+  int inserted = fi_av_insert(av_.get(), address.data(), 1, &peer, 0, nullptr);
+  if (inserted != 1 || peer == FI_ADDR_UNSPEC) {
+    throw RuntimeError("address of " + std::to_string(address.size()) +
+                       " bytes rejected by the address vector of " + name_ +
+                       (inserted < 0 ? std::string(": ") + fi_strerror(-inserted) : ""));
+  }
+  return peer;
+}
+
+void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
+
+RdmaOp* Network::NewOp(OpType type, OpCallback&& callback) {
+  if (free_ops_.empty()) {
+    op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
+    for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
+  }
+  RdmaOp* op = free_ops_.back();
+  free_ops_.pop_back();
+  op->type = type;
+  op->error = 0;
+  op->received = 0;
+  op->user = 0;
+  op->callback = std::move(callback);
+  ++outstanding_;
+  if (type == OpType::kRecv) ++outstanding_recvs_;
+  return op;
+}
+
+void Network::FreeOp(RdmaOp* op) {
+  op->callback = nullptr;
+  if (!op->error_message.empty()) op->error_message.clear();
+  free_ops_.push_back(op);
+  --outstanding_;
+  if (op->type == OpType::kRecv) --outstanding_recvs_;
+}
+
+bool Network::Submit(RdmaOp* op, bool more) {
+  ssize_t ret = 0;
+  switch (op->type) {
+    case OpType::kRecv:
+      ret = fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
+      break;
+    case OpType::kSend:
+      ret = fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
+      break;
+    case OpType::kWrite: {
+      const RdmaWrite& w = op->write;
+      iovec iov{const_cast<void*>(w.local), w.length};
+      void* desc = w.local_desc;
+      fi_rma_iov rma{w.remote_addr, w.length, w.remote_key};
+      fi_msg_rma msg{};
+      msg.msg_iov = &iov;
+      msg.desc = &desc;
+      msg.iov_count = 1;
+      msg.addr = w.peer;
+      msg.rma_iov = &rma;
+      msg.rma_iov_count = 1;
+      msg.context = &op->context;
+      msg.data = w.cq_data;
+      uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) |
+                       (more ? FI_MORE : 0);
+      ret = fi_writemsg(ep_.get(), &msg, flags);
+      break;
+    }
+  }
+  if (ret == -FI_EAGAIN) return false;
+  CheckFabric(ret, op->type == OpType::kWrite  ? "fi_writemsg"
+                   : op->type == OpType::kSend ? "fi_send"
+                                               : "fi_recv");
+  return true;
+}
+
+void Network::SubmitPending() {
+  while (!pending_.empty()) {
+    bool more = pending_.size() > 1;
+    if (!Submit(pending_.front(), more)) return;
+    pending_.pop_front();
+  }
+}
+
+void Network::PostRecv(void* buf, size_t length, void* desc, OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kRecv, std::move(callback));
+  op->buf = buf;
+  op->length = length;
+  op->desc = desc;
+  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+}
+
+void Network::PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc,
+                       OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kSend, std::move(callback));
+  op->buf = const_cast<void*>(buf);
+  op->length = length;
+  op->desc = desc;
+  op->peer = peer;
+  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+}
+
+void Network::PostWrite(const RdmaWrite& write, OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
+  op->write = write;
+  // Keep order: while older writes wait, a new one waits behind them.
+  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+}
+
+void Network::QueueWrite(const RdmaWrite& write, OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
+  op->write = write;
+  pending_.push_back(op);
+}
+
+void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
+  if (op->type == OpType::kRecv) op->received = entry.len;
+  // Callbacks may post new operations; the op goes back to the pool after.
+  if (op->callback) op->callback(*this, *op);
+  FreeOp(op);
+}
+
+void Network::HandleErrorCompletion() {
+  fi_cq_err_entry err{};
+  ssize_t ret = fi_cq_readerr(cq_.get(), &err, 0);
+  if (ret < 0) {
+    if (ret == -FI_EAGAIN) return;
+    CheckFabric(ret, "fi_cq_readerr");
+  }
+  auto* op = static_cast<RdmaOp*>(err.op_context);
+  if (op == nullptr) {
+    // An error without an operation of ours: a failed remote write. The
+    // sender sees it too; there is nothing to hand back here.
+    return;
+  }
+  op->error = err.err != 0 ? err.err : FI_EOTHER;
+  const char* detail = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  op->error_message = std::string(fi_strerror(op->error)) +
+                      (detail != nullptr && *detail ? std::string(" (") + detail + ")" : "");
+  if (op->type == OpType::kRecv) op->received = err.len;
+  if (op->callback) op->callback(*this, *op);
+  FreeOp(op);
+}
+
+size_t Network::PollCompletion() {
+  fi_cq_data_entry entries[kCqBatch];
+  size_t handled = 0;
+  for (;;) {
+    ssize_t n = fi_cq_read(cq_.get(), entries, kCqBatch);
+    if (n == -FI_EAGAIN) break;
+    if (n == -FI_EAVAIL) {
+      HandleErrorCompletion();
+      ++handled;
+      continue;
+    }
+    CheckFabric(n, "fi_cq_read");
+    for (ssize_t i = 0; i < n; ++i) {
+      const fi_cq_data_entry& entry = entries[i];
+      if ((entry.flags & FI_REMOTE_CQ_DATA) && entry.op_context == nullptr) {
+        if (on_remote_write_) on_remote_write_(*this, entry.data);
+      } else {
+        HandleCompletion(static_cast<RdmaOp*>(entry.op_context), entry);
+      }
+    }
+    handled += static_cast<size_t>(n);
+    if (static_cast<size_t>(n) < kCqBatch) break;
+  }
+  SubmitPending();
+  return handled;
+}
+
+}  // namespace tutorial

@@ -1,0 +1,39 @@
+// The NICs that belong to one GPU, used round-robin: each WRITE goes to the
+// next NIC of the group, so all of them stay busy.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "common/network.h"
+
+namespace tutorial {
+
+class NetworkGroup {
+ public:
+  explicit NetworkGroup(std::vector<Network*> nets) : nets(std::move(nets)) {}
+
+  // Index of the NIC for the next operation, cycling through the group.
+  size_t GetNext() {
+    size_t index = next_;
+    if (++next_ == nets.size()) next_ = 0;
+    return index;
+  }
+
+  // True while a NIC of the group still holds posts the provider refused:
+  // posting more would only grow our own queue, not the NIC's.
+  bool Backlogged() const {
+    for (const Network* net : nets) {
+      if (net->pending() >= kBacklogLimit) return true;
+    }
+    return false;
+  }
+
+  std::vector<Network*> nets;
+
+ private:
+  static constexpr size_t kBacklogLimit = 64;
+  size_t next_ = 0;
+};
+
+}  // namespace tutorial

@@ -1,0 +1,137 @@
+#include "common/node.h"
+
+#include <rdma/fabric.h>
+
+#include <ostream>
+#include <sstream>
+
+#include "common/errors.h"
+
+namespace tutorial {
+namespace {
+
+MemoryKind ResolveMemory(const std::string& requested) {
+  if (requested == "host") return MemoryKind::kHost;
+  bool usable = CudaDeviceCount() > 0;
+  if (requested == "cuda") {
+    if (!BuiltWithCuda()) {
+      throw UsageError("--memory cuda: this binary was built without CUDA (set CUDA_HOME and rebuild)");
+    }
+    if (!usable) throw UsageError("--memory cuda: no usable CUDA device (driver or GPU missing)");
+    return MemoryKind::kCuda;
+  }
+  return usable ? MemoryKind::kCuda : MemoryKind::kHost;
+}
+
+// "0000:4f:00.0" from a NIC's bus attributes; empty when it has none.
+std::string PciAddressOf(const fi_info& info) {
+  if (info.nic == nullptr || info.nic->bus_attr == nullptr ||
+      info.nic->bus_attr->bus_type != FI_BUS_PCI) {
+    return "";
+  }
+  const fi_pci_attr& pci = info.nic->bus_attr->attr.pci;
+  char text[16];
+  std::snprintf(text, sizeof(text), "%04x:%02x:%02x.%x", pci.domain_id, pci.bus_id, pci.device_id,
+                pci.function_id);
+  return text;
+}
+
+}  // namespace
+
+Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size)
+    : buffers_per_gpu_(buffers_per_gpu), buffer_size_(buffer_size) {
+  fabric_.provider = ResolveProvider(options.provider);
+  fabric_.memory = ResolveMemory(options.memory);
+  fabric_.domain = options.domain;
+  // A workshop runs server and client on one machine: tcp over loopback
+  // unless told otherwise.
+  if (fabric_.domain.empty() && fabric_.provider == "tcp") fabric_.domain = "lo";
+
+  nic_infos_ = FindNics(fabric_);
+
+  // EFA: every fi_info is a NIC with a PCI address. shm and tcp have no
+  // NICs of their own: each group gets --nics-per-gpu endpoints of one
+  // domain, all opened from the same fi_info.
+  bool pci_nics = fabric_.provider == "efa";
+  TopologyRequest request;
+  request.gpus = options.gpus;
+  request.nics_per_gpu = options.nics_per_gpu;
+  request.host_memory = fabric_.memory == MemoryKind::kHost;
+  if (pci_nics) {
+    for (const auto& info : nic_infos_) {
+      NicDescription nic;
+      nic.name = info->domain_attr->name;
+      nic.pci_address = PciAddressOf(*info);
+      nic.link_gbps = info->nic && info->nic->link_attr
+                          ? static_cast<double>(info->nic->link_attr->speed) / 1e9
+                          : 0;
+      nic_descriptions_.push_back(nic);
+      nic_info_of_.push_back(info.get());
+    }
+  } else {
+    size_t gpus = options.gpus;
+    if (gpus == 0) {
+      gpus = fabric_.memory == MemoryKind::kCuda ? static_cast<size_t>(CudaDeviceCount()) : 1;
+    }
+    size_t per_gpu = options.nics_per_gpu == 0 ? 2 : options.nics_per_gpu;
+    for (size_t i = 0; i < gpus * per_gpu; ++i) {
+      NicDescription nic;
+      nic.name = fabric_.provider + "/" + nic_infos_[0]->domain_attr->name + "#" + std::to_string(i);
+      nic_descriptions_.push_back(nic);
+      nic_info_of_.push_back(nic_infos_[0].get());
+    }
+    request.nics_per_gpu = per_gpu;
+  }
+
+  std::vector<std::string> gpu_pci;
+  if (fabric_.memory == MemoryKind::kCuda) {
+    for (int d = 0; d < CudaDeviceCount(); ++d) gpu_pci.push_back(CudaPciAddress(d));
+  }
+  Topology topology = Topology::Live();
+  groups_ = topology.BuildGroups(gpu_pci, nic_descriptions_, request);
+  if (groups_.empty()) throw UsageError("no GPU groups to run with");
+
+  size_t per_gpu = groups_[0].nics.size();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].nics.size() != per_gpu) {
+      throw UsageError("GPU groups have different numbers of NICs; pass --nics-per-gpu");
+    }
+    std::vector<Network*> group_nets;
+    for (size_t nic : groups_[g].nics) {
+      networks_.push_back(std::make_unique<Network>(*nic_info_of_[nic]));
+      group_nets.push_back(networks_.back().get());
+    }
+    net_groups_.emplace_back(std::move(group_nets));
+  }
+
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    MemoryKind kind = groups_[g].cuda_device >= 0 ? fabric_.memory : MemoryKind::kHost;
+    for (uint32_t b = 0; b < buffers_per_gpu_; ++b) {
+      buffers_.push_back(Buffer::Allocate(kind, groups_[g].cuda_device, buffer_size_));
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t n = 0; n < per_gpu; ++n) {
+      for (uint32_t b = 0; b < buffers_per_gpu_; ++b) {
+        regions_.push_back(net(g, n).Register(buffer(g, b)));
+      }
+    }
+  }
+}
+
+double Node::link_gbps() const {
+  double total = 0;
+  for (const auto& net : networks_) total += net->link_gbps();
+  return total;
+}
+
+void Node::PrintSummary(std::ostream& out) const {
+  uint32_t v = fi_version();
+  out << "libfabric " << FI_MAJOR(v) << "." << FI_MINOR(v) << ", provider "
+      << nic_infos_[0]->fabric_attr->prov_name << ", memory " << MemoryKindName(fabric_.memory)
+      << ", " << groups_.size() << " group(s) x " << nics_per_gpu() << " NIC(s), "
+      << buffers_per_gpu_ << " buffer(s) of " << buffer_size_ << " bytes per group\n";
+  PrintGroups(out, groups_, nic_descriptions_);
+}
+
+}  // namespace tutorial

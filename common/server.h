@@ -1,0 +1,95 @@
+// The server program, minus the part each chapter is about.
+//
+// Common code waits for a client's CONNECT and RANDOM_FILL, checks them,
+// fills the GPU buffers, adds the client's endpoints to the address vectors
+// and, once the chapter's writer is done, tells the client so. The chapter
+// supplies the writer: the warmup, the WRITE loop and how it is threaded,
+// which is where the series spends its chapters.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/messages.h"
+#include "common/network.h"
+#include "common/network_group.h"
+#include "common/node.h"
+#include "common/progress.h"
+
+namespace tutorial {
+
+// Everything a chapter's writer needs for one client's request.
+class WriteJob {
+ public:
+  WriteJob(Node& node, const ConnectMessage& connect, const RandomFillRequest& request,
+           uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress);
+
+  size_t num_gpus() const { return num_gpus_; }
+  size_t nics_per_gpu() const { return nics_per_gpu_; }
+  size_t num_nics() const { return num_gpus_ * nics_per_gpu_; }
+  size_t buffers_per_gpu() const { return buffers_per_gpu_; }
+  uint64_t page_size() const { return request_.page_size; }
+  uint64_t num_pages() const { return request_.num_pages(); }
+  uint64_t repeat() const { return repeat_; }
+  uint64_t ops_per_gpu() const { return buffers_per_gpu_ * num_pages() * repeat_; }
+  uint64_t total_ops() const { return num_gpus_ * ops_per_gpu(); }
+
+  NetworkGroup& group(size_t gpu) { return node_.net_groups()[gpu]; }
+  // Physical cores of the GPU's NUMA node set aside for it (for pinning).
+  const std::vector<int>& cores(size_t gpu) const { return node_.groups()[gpu].cores; }
+
+  // Page `page` of buffer `buf` of GPU `gpu`, written through the group's
+  // NIC `nic` into the client's slot for that page.
+  RdmaWrite MakeWrite(size_t gpu, size_t nic, size_t buf, size_t page) const;
+
+  ProgressLine& progress() { return progress_; }
+  Node& node() { return node_; }
+  // Ctrl-C or SIGTERM: writers stop and report the transfer as abandoned.
+  bool Interrupted() const;
+
+ private:
+  Node& node_;
+  const ConnectMessage& connect_;
+  const RandomFillRequest& request_;
+  uint64_t repeat_;
+  std::vector<fi_addr_t> peers_;  // client endpoint of each of our NICs
+  ProgressLine& progress_;
+  size_t num_gpus_, nics_per_gpu_, buffers_per_gpu_;
+};
+
+// What a writer reports back. `stats` covers the timed part (after warmup).
+struct WriteOutcome {
+  bool ok = true;
+  std::string error;
+  TransferStats stats;
+};
+
+using WriterFn = std::function<WriteOutcome(WriteJob&)>;
+
+// Parses the command line, sets up, serves clients one after another.
+// Returns the process's exit code.
+int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer);
+
+// Polls every NIC until no send or write is in flight (or `seconds` pass),
+// so that no completion can reach a writer that is gone. Returns false on
+// timeout.
+bool DrainTransmits(Node& node, double seconds);
+
+// A chapter's main(): `Writer` is constructed from the WriteJob and its
+// Run() returns the WriteOutcome. The writer stays alive until the NICs have
+// drained, because a failed transfer can leave completions in flight that
+// still call back into it.
+template <typename Writer>
+int RunServer(int argc, char** argv, const std::string& chapter) {
+  return ServerMain(argc, argv, chapter, [](WriteJob& job) {
+    Writer writer(job);
+    WriteOutcome outcome = writer.Run();
+    DrainTransmits(job.node(), 10.0);
+    return outcome;
+  });
+}
+
+}  // namespace tutorial
