@@ -25,7 +25,9 @@ class RandomFillClient {
         node_(node),
         nic0_(node.net(0, 0)),
         send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize)),
-        send_region_(nic0_.Register(send_buffer_)) {}
+        send_region_(nic0_.Register(send_buffer_)),
+        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
+        reply_region_(nic0_.Register(reply_buffer_)) {}
 
   int Run() {
     std::vector<uint8_t> server_address = FromHex(options_.server);
@@ -37,6 +39,7 @@ class RandomFillClient {
     }
 
     RandomFillRequest request = MakeRequest();
+    ListenForReject();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
@@ -60,8 +63,9 @@ class RandomFillClient {
       PollAll();
       if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
       if (Clock::now() > deadline) {
-        throw RuntimeError("timed out after " + std::to_string(options_.timeout) +
-                           " s waiting for the server's writes (" + std::to_string(notices_) +
+        char waited[32];
+        std::snprintf(waited, sizeof(waited), "%g", options_.timeout);
+        throw RuntimeError(std::string("timed out after ") + waited + " s waiting for the server's writes (" + std::to_string(notices_) +
                            " of " + std::to_string(expected) + " NICs reported)");
       }
     }
@@ -71,10 +75,27 @@ class RandomFillClient {
   }
 
  private:
+  // Polls every NIC (the server's writes need the target's progress on
+  // some providers) and stops at once if the server rejected the request.
   void PollAll() {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
     }
+    if (!rejected_.empty()) throw UsageError("the server rejected the request: " + rejected_);
+  }
+
+  void ListenForReject() {
+    nic0_.PostRecv(reply_buffer_.data(), reply_buffer_.size(), reply_region_.desc(),
+                   [this](Network&, RdmaOp& op) {
+                     if (!op.ok()) return;
+                     const auto* data = static_cast<const uint8_t*>(reply_buffer_.data());
+                     try {
+                       rejected_ = DecodeReject(data, op.received).reason;
+                     } catch (const ProtocolError& e) {
+                       rejected_ = std::string("(unreadable reply: ") + e.what() + ")";
+                     }
+                     if (rejected_.empty()) rejected_ = "(no reason given)";
+                   });
   }
 
   ConnectMessage MakeConnect() const {
@@ -111,11 +132,17 @@ class RandomFillClient {
     send_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
     std::string error;
-    nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
-                   [&](Network&, RdmaOp& op) {
-                     done = true;
-                     if (!op.ok()) error = op.error_message;
-                   });
+    try {
+      nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
+                     [&](Network&, RdmaOp& op) {
+                       done = true;
+                       if (!op.ok()) error = op.error_message;
+                     });
+    } catch (const RuntimeError& e) {
+      // The provider refuses the address outright: it is not one of its own.
+      throw UsageError(std::string("--server: not a usable ") + node_.fabric().provider +
+                       " address (" + e.what() + ")");
+    }
     auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
     while (!done) {
       PollAll();
@@ -123,8 +150,9 @@ class RandomFillClient {
       if (Clock::now() > deadline) break;
     }
     if (!done || !error.empty()) {
-      std::string why = !done ? "no answer within " + std::to_string(options_.connect_timeout) + " s"
-                              : error;
+      char waited[64];
+      std::snprintf(waited, sizeof(waited), "no answer within %g s", options_.connect_timeout);
+      std::string why = !done ? waited : error;
       // Leave the send's context alive: the provider may still complete it.
       DrainOrAbandon();
       throw RuntimeError(std::string("cannot reach the server with ") + what + ": " + why +
@@ -198,6 +226,9 @@ class RandomFillClient {
   Network& nic0_;
   Buffer send_buffer_;
   MemoryRegion send_region_;
+  Buffer reply_buffer_;
+  MemoryRegion reply_region_;
+  std::string rejected_;  // the server's reason, once a REJECT arrived
   size_t notices_ = 0;
 };
 

@@ -22,6 +22,9 @@ int Report(const char* program, const char* message, int code) {
 }  // namespace
 
 int GuardedMain(const char* program, const std::function<int()>& body) {
+  // Line by line even into a file or pipe, so progress shows up as it
+  // happens and stays in order with the error lines on stderr.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     return body();
   } catch (const UsageError& e) {

@@ -113,6 +113,14 @@ std::vector<uint8_t> Encode(const RandomFillRequest& m) {
   return w.Finish(MessageType::kRandomFill);
 }
 
+std::vector<uint8_t> Encode(const RejectMessage& m) {
+  ByteWriter w;
+  std::string reason = m.reason.substr(0, kMaxRejectReason);
+  w.U16(static_cast<uint16_t>(reason.size()));
+  w.Bytes(std::vector<uint8_t>(reason.begin(), reason.end()));
+  return w.Finish(MessageType::kReject);
+}
+
 MessageType PeekMessageType(const uint8_t* data, size_t length) {
   if (length < kMessageHeaderSize) {
     throw ProtocolError("message of " + std::to_string(length) + " bytes is shorter than a header");
@@ -127,7 +135,8 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
                         std::to_string(length - kMessageHeaderSize) + " arrived");
   }
   if (type != static_cast<uint32_t>(MessageType::kConnect) &&
-      type != static_cast<uint32_t>(MessageType::kRandomFill)) {
+      type != static_cast<uint32_t>(MessageType::kRandomFill) &&
+      type != static_cast<uint32_t>(MessageType::kReject)) {
     throw ProtocolError("unknown message type " + std::to_string(type));
   }
   return static_cast<MessageType>(type);
@@ -185,6 +194,17 @@ RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
   m.page_indices.resize(num_pages);
   for (auto& index : m.page_indices) index = r.U32();
   r.ExpectEnd();
+  return m;
+}
+
+RejectMessage DecodeReject(const uint8_t* data, size_t length) {
+  ByteReader r = OpenBody(data, length, MessageType::kReject, "REJECT");
+  uint16_t len = r.U16();
+  if (len > kMaxRejectReason) throw ProtocolError("REJECT: reason too long");
+  std::vector<uint8_t> text = r.Bytes(len);
+  r.ExpectEnd();
+  RejectMessage m;
+  for (uint8_t c : text) m.reason.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
   return m;
 }
 

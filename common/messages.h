@@ -9,6 +9,8 @@
 //   RANDOM_FILL
 //            u32 remote_context, u64 seed, u64 page_size, u64 num_pages,
 //            num_pages x u32 page index
+//   REJECT   u16 length, reason (UTF-8): the server's answer to a request it
+//            will not serve, so the client can say why instead of timing out
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
 #pragma once
@@ -20,7 +22,7 @@
 
 namespace tutorial {
 
-enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2 };
+enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2, kReject = 3 };
 
 constexpr uint32_t kMessageMagic = 0x314C4652;  // "RFL1" read as little-endian bytes
 constexpr size_t kMessageHeaderSize = 12;
@@ -62,7 +64,13 @@ struct RandomFillRequest {
   uint64_t num_pages() const { return page_indices.size(); }
 };
 
+struct RejectMessage {
+  std::string reason;
+};
+constexpr size_t kMaxRejectReason = 1024;
+
 std::vector<uint8_t> Encode(const ConnectMessage& message);
+std::vector<uint8_t> Encode(const RejectMessage& message);
 std::vector<uint8_t> Encode(const RandomFillRequest& message);
 
 // Decoders check the header, every length against the bytes received, and
@@ -70,6 +78,7 @@ std::vector<uint8_t> Encode(const RandomFillRequest& message);
 MessageType PeekMessageType(const uint8_t* data, size_t length);
 ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
+RejectMessage DecodeReject(const uint8_t* data, size_t length);
 
 // What the server is: its layout and buffer size.
 struct ServerLayout {

@@ -93,7 +93,9 @@ class RandomFillServer {
         run_writer_(run_writer),
         nic0_(node.net(0, 0)),
         receive_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize)),
-        receive_region_(nic0_.Register(receive_buffer_)) {}
+        receive_region_(nic0_.Register(receive_buffer_)),
+        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
+        reply_region_(nic0_.Register(reply_buffer_)) {}
 
   int Run() {
     for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
@@ -140,26 +142,49 @@ class RandomFillServer {
 
   // Returns the transfer's outcome when the message started one.
   std::optional<bool> HandleMessage(const std::vector<uint8_t>& message) {
+    // Once a CONNECT decodes, its sender has an address to send a REJECT to.
+    std::optional<ConnectMessage> reply_to;
     try {
       MessageType type = PeekMessageType(message.data(), message.size());
       if (type == MessageType::kConnect) {
-        ConnectMessage connect = DecodeConnect(message.data(), message.size());
-        CheckConnectFitsServer(connect, Layout());
-        connect_ = std::move(connect);
+        reply_to = DecodeConnect(message.data(), message.size());
+        CheckConnectFitsServer(*reply_to, Layout());
+        connect_ = std::move(reply_to);
         std::printf("Received CONNECT: %u GPU(s) x %u NIC(s), %u buffer(s) per GPU.\n",
                     connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
         return std::nullopt;
       }
+      if (type != MessageType::kRandomFill) throw ProtocolError("unexpected message type");
       if (!connect_) throw ProtocolError("RANDOM_FILL before CONNECT");
-      RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
-      CheckRequestFits(request, *connect_, Layout());
-      ConnectMessage connect = std::move(*connect_);
+      reply_to = std::move(connect_);
       connect_.reset();
-      return Serve(connect, request);
+      RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
+      CheckRequestFits(request, *reply_to, Layout());
+      return Serve(*reply_to, request);
     } catch (const ProtocolError& e) {
       ++dropped_;
       std::fprintf(stderr, "server: dropped a message: %s\n", e.what());
+      if (reply_to) SendReject(*reply_to, e.what());
       return std::nullopt;
+    }
+  }
+
+  // Best effort: a client that sent a well-formed but unservable request
+  // learns why at once instead of waiting for its timeout.
+  void SendReject(const ConnectMessage& client, const std::string& reason) {
+    std::vector<uint8_t> message = Encode(RejectMessage{reason});
+    try {
+      fi_addr_t peer = nic0_.AddPeer(client.nic_addresses[0]);
+      reply_buffer_.CopyFromHost(0, message.data(), message.size());
+      bool done = false;
+      nic0_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
+                     [&done](Network&, RdmaOp&) { done = true; });
+      auto deadline = Clock::now() + std::chrono::seconds(2);
+      while (!done && Clock::now() < deadline) nic0_.PollCompletion();
+      if (!done) DrainTransmits(node_, 5.0);
+      nic0_.RemovePeer(peer);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "server: could not send REJECT: %s\n", e.what());
     }
   }
 
@@ -297,6 +322,8 @@ class RandomFillServer {
   Network& nic0_;
   Buffer receive_buffer_;
   MemoryRegion receive_region_;
+  Buffer reply_buffer_;
+  MemoryRegion reply_region_;
   std::deque<std::vector<uint8_t>> mailbox_;
   std::optional<ConnectMessage> connect_;
   size_t served_ = 0;

@@ -62,7 +62,7 @@ TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
                                           "--result-json",
                                           dir.File("client.json")};
   client_argv.insert(client_argv.end(), shared.begin(), shared.end());
-  RunResult client = Run(client_argv, 90);
+  RunResult client = RunToEnd(client_argv, 90);
   EXPECT_EQ(client.exit_code, 0) << client.out << client.err << ReadFile(dir.File("server.out"))
                                  << ReadFile(dir.File("server.err"));
   EXPECT_NE(client.out.find("every byte correct"), std::string::npos) << client.out;

@@ -163,6 +163,14 @@ TEST(MessagesTest, RequestsThatDoNotFitAreRejected) {
   EXPECT_THROW(CheckRequestFits(r, c, SampleServer()), ProtocolError);
 }
 
+TEST(MessagesTest, RejectRoundTripAndSanitising) {
+  std::vector<uint8_t> bytes = Encode(RejectMessage{"too big\n\x01"});
+  EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kReject);
+  EXPECT_EQ(DecodeReject(bytes.data(), bytes.size()).reason, "too big??");
+  bytes.pop_back();
+  EXPECT_THROW(DecodeReject(bytes.data(), bytes.size()), ProtocolError);
+}
+
 TEST(MessagesTest, HexRoundTripAndErrors) {
   std::vector<uint8_t> bytes = {0x00, 0x7f, 0x80, 0xff, 0x12};
   EXPECT_EQ(ToHex(bytes), "007f80ff12");

@@ -113,7 +113,7 @@ bool WaitForText(const std::string& path, const std::string& needle, double seco
   }
 }
 
-RunResult Run(const std::vector<std::string>& argv, double seconds) {
+RunResult RunToEnd(const std::vector<std::string>& argv, double seconds) {
   TempDir dir;
   RunResult result;
   {

@@ -62,6 +62,6 @@ struct RunResult {
   std::string out;
   std::string err;
 };
-RunResult Run(const std::vector<std::string>& argv, double seconds);
+RunResult RunToEnd(const std::vector<std::string>& argv, double seconds);
 
 }  // namespace tutorial::testing
