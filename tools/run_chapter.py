@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Runs one chapter's server and client on this machine and prints the result.
+
+A benchmark, not a test: it starts the real server (--once) and client over a
+local provider, streams the server's progress, checks that the client
+verified every byte, and prints the server's JSON result line.
+
+  tools/run_chapter.py 10_warmup --provider shm
+  tools/run_chapter.py 14_batch --provider tcp --gpus 2 --nics-per-gpu 2 --repeat 100
+
+Binaries come from Bazel (built first unless --no-build) or from --bin-dir,
+a folder with <chapter>/server and <chapter>/client (for machines without
+Bazel, such as the GPU machines).
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def chapters():
+    return sorted(p.name for p in (ROOT / "chapters").iterdir() if (p / "BUILD.bazel").exists())
+
+
+def add_run_flags(parser):
+    """Flags shared with tools/compare.py."""
+    parser.add_argument("--provider", default="shm", choices=["shm", "tcp", "efa", "auto"])
+    parser.add_argument("--memory", default="host", choices=["host", "cuda", "auto"])
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--nics-per-gpu", type=int, default=2)
+    parser.add_argument("--page-size", type=int, default=65536)
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--buffer-size", type=int, default=None,
+                        help="bytes per buffer (default: just enough for the pages)")
+    parser.add_argument("--bin-dir", type=pathlib.Path, default=None,
+                        help="folder with <chapter>/server and <chapter>/client (skips Bazel)")
+    parser.add_argument("--no-build", action="store_true", help="use bazel-bin as it is")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for one run")
+    parser.add_argument("--server-env", action="append", default=[],
+                        help="NAME=VALUE for the server only (e.g. CUDA_VISIBLE_DEVICES=0)")
+    parser.add_argument("--client-env", action="append", default=[],
+                        help="NAME=VALUE for the client only")
+
+
+def build(chapter_list):
+    targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in ("server", "client")]
+    subprocess.run(["bazel", "build", *targets], cwd=ROOT, check=True)
+
+
+def binary(args, chapter, name):
+    base = args.bin_dir if args.bin_dir else ROOT / "bazel-bin" / "chapters"
+    path = pathlib.Path(base) / chapter / name
+    if not path.exists():
+        sys.exit(f"run_chapter: {path} not found (build it, or pass --bin-dir)")
+    return str(path)
+
+
+def env_with(pairs):
+    env = dict(os.environ)
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        env[name] = value
+    return env
+
+
+def run_once(args, chapter, echo=True):
+    """Runs one transfer; returns the server's result record (a dict)."""
+    buffer_size = args.buffer_size or max(args.page_size * args.pages, 4096)
+    layout = ["--provider", args.provider, "--memory", args.memory, "--gpus", str(args.gpus),
+              "--nics-per-gpu", str(args.nics_per_gpu), "--buffer-size", str(buffer_size)]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        server_cmd = [binary(args, chapter, "server"), "--once", "--repeat", str(args.repeat),
+                      "--address-file", str(tmp / "address"), "--result-json",
+                      str(tmp / "server.json"), *layout]
+        server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env_with(args.server_env))
+        try:
+            deadline = time.monotonic() + 60
+            while not (tmp / "address").exists() or not (tmp / "address").read_text().strip():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    out = server.stdout.read() if server.stdout else ""
+                    raise RuntimeError(f"{chapter} server did not start:\n{out}")
+                time.sleep(0.05)
+            address = (tmp / "address").read_text().strip()
+            client_cmd = [binary(args, chapter, "client"), "--server", address, "--page-size",
+                          str(args.page_size), "--pages", str(args.pages), "--timeout",
+                          str(args.timeout), "--result-json", str(tmp / "client.json"), *layout]
+            client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True,
+                                      env=env_with(args.client_env))
+            for line in server.stdout:
+                if echo:
+                    print(f"  server| {line.rstrip()}", flush=True)
+            server.wait(timeout=args.timeout)
+            client_out, _ = client.communicate(timeout=args.timeout)
+            if echo:
+                for line in client_out.splitlines()[-2:]:
+                    print(f"  client| {line}", flush=True)
+            if client.returncode != 0:
+                raise RuntimeError(f"{chapter} client failed ({client.returncode}):\n{client_out}")
+            if server.returncode != 0:
+                raise RuntimeError(f"{chapter} server failed ({server.returncode})")
+            record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
+            record["command"] = " ".join(["server", *server_cmd[1:]])
+            return record
+        finally:
+            for p in (server,):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapter", choices=chapters())
+    add_run_flags(parser)
+    args = parser.parse_args()
+    if not args.bin_dir and not args.no_build:
+        build([args.chapter])
+    try:
+        record = run_once(args, args.chapter)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"run_chapter: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
