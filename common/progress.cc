@@ -37,7 +37,10 @@ ProgressLine::ProgressLine(uint64_t total_ops, uint64_t op_bytes, double link_gb
   Start();
 }
 
-void ProgressLine::Start() { start_ = last_print_ = Clock::now(); }
+void ProgressLine::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  start_ = last_print_ = Clock::now();
+}
 
 std::string ProgressLine::Format(double seconds, uint64_t posted, uint64_t finished) const {
   TransferStats s = TransferStats::Of(seconds, finished, op_bytes_, link_gbps_);
@@ -55,6 +58,8 @@ std::string ProgressLine::Format(double seconds, uint64_t posted, uint64_t finis
 }
 
 void ProgressLine::Print(Clock::time_point now, uint64_t posted, uint64_t finished) {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // another thread is printing right now
   auto since_last = std::chrono::duration<double>(now - last_print_).count();
   if (since_last < (tty_ ? 0.1 : 1.0)) return;
   last_print_ = now;
@@ -64,6 +69,7 @@ void ProgressLine::Print(Clock::time_point now, uint64_t posted, uint64_t finish
 }
 
 TransferStats ProgressLine::Finish(Clock::time_point now, uint64_t finished) {
+  std::lock_guard<std::mutex> lock(mutex_);
   double seconds = std::chrono::duration<double>(now - start_).count();
   std::printf(tty_ ? "\r%s\033[K\n" : "%s\n", Format(seconds, finished, finished).c_str());
   std::fflush(stdout);

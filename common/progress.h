@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace tutorial {
@@ -22,6 +23,8 @@ struct TransferStats {
   static TransferStats Of(double seconds, uint64_t ops, uint64_t op_bytes, double link_gbps);
 };
 
+// Safe to call from several threads (chapters 11 on): a mutex guards the
+// clock and the terminal, and Print() is rare enough not to contend.
 class ProgressLine {
  public:
   // `link_gbps`: summed link speed of the NICs in use, 0 when unknown.
@@ -29,7 +32,6 @@ class ProgressLine {
 
   // Starts the clock (after warmup, so connection set-up is not timed).
   void Start();
-  Clock::time_point start() const { return start_; }
 
   // One line: elapsed time, ops finished/total, ops posted, bytes, Gbps,
   // share of the link speed, Mops/s. On a terminal it rewrites itself in
@@ -41,6 +43,7 @@ class ProgressLine {
  private:
   std::string Format(double seconds, uint64_t posted, uint64_t finished) const;
 
+  std::mutex mutex_;
   uint64_t total_ops_;
   uint64_t op_bytes_;
   double link_gbps_;

@@ -6,11 +6,12 @@
 //
 // One thread drives everything: it polls every NIC of every GPU and posts
 // the next WRITE for each GPU in turn.
+#include "common/server.h"
+
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
-
-#include "common/server.h"
 
 namespace {
 
@@ -68,10 +69,9 @@ class RandomFillWriter {
     auto& group = job_.group(gpu_idx);
     for (size_t k = 0; k < group.nets.size(); ++k) {
       size_t net_idx = group.GetNext();
-      group.nets[net_idx]->PostWrite(job_.MakeWrite(gpu_idx, net_idx, 0, 0),
-                                     [this](Network& net, RdmaOp& op) {
-                                       HandleWarmupCompletion(net, op);
-                                     });
+      group.nets[net_idx]->PostWrite(
+          job_.MakeWrite(gpu_idx, net_idx, 0, 0),
+          [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
     }
     s.warmup_posted = true;
     if (++posted_warmups_ == job_.num_gpus()) state_ = State::kWaitWarmup;
@@ -93,10 +93,9 @@ class RandomFillWriter {
     auto& group = job_.group(gpu_idx);
     if (group.Backlogged()) return;
     size_t net_idx = group.GetNext();
-    group.nets[net_idx]->PostWrite(job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
-                                   [this](Network& net, RdmaOp& op) {
-                                     HandleWriteCompletion(net, op);
-                                   });
+    group.nets[net_idx]->PostWrite(
+        job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
+        [this](Network& net, RdmaOp& op) { HandleWriteCompletion(net, op); });
     ++posted_write_ops_;
     if (++s.i_page == job_.num_pages()) {
       s.i_page = 0;

@@ -1,0 +1,108 @@
+// Chapter 09: multinet (the baseline).
+//
+// Every GPU group and every NIC at once, driven by one thread: it polls
+// every NIC of every GPU and posts the next WRITE for each GPU in turn,
+// round-robin over the GPU's NICs. The clock starts with the first WRITE.
+#include "common/server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+using tutorial::Clock;
+using tutorial::Network;
+using tutorial::RdmaOp;
+using tutorial::WriteJob;
+using tutorial::WriteOutcome;
+
+class RandomFillWriter {
+ public:
+  explicit RandomFillWriter(WriteJob& job) : job_(job), write_states_(job.num_gpus()) {}
+
+  WriteOutcome Run() {
+    std::printf("Started RDMA WRITE to the remote memory.\n");
+    job_.progress().Start();
+    while (state_ != State::kDone) {
+      if (job_.Interrupted()) Fail("interrupted");
+      for (size_t gpu_idx = 0; gpu_idx < job_.num_gpus(); ++gpu_idx) {
+        for (Network* net : job_.group(gpu_idx).nets) net->PollCompletion();
+        switch (state_) {
+          case State::kWrite:
+            ContinuePostWrite(gpu_idx);
+            break;
+          case State::kDone:
+            break;
+        }
+      }
+    }
+    return outcome_;
+  }
+
+ private:
+  enum class State {
+    kWrite,
+    kDone,
+  };
+
+  struct WriteState {
+    size_t i_repeat = 0;
+    size_t i_buf = 0;
+    size_t i_page = 0;
+  };
+
+  // Posts the GPU's next WRITE on the next NIC of its group.
+  void ContinuePostWrite(size_t gpu_idx) {
+    WriteState& s = write_states_[gpu_idx];
+    if (s.i_repeat == job_.repeat()) return;
+    auto& group = job_.group(gpu_idx);
+    if (group.Backlogged()) return;
+    size_t net_idx = group.GetNext();
+    group.nets[net_idx]->PostWrite(
+        job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
+        [this](Network& net, RdmaOp& op) { HandleWriteCompletion(net, op); });
+    ++posted_write_ops_;
+    if (++s.i_page == job_.num_pages()) {
+      s.i_page = 0;
+      if (++s.i_buf == job_.buffers_per_gpu()) {
+        s.i_buf = 0;
+        ++s.i_repeat;
+      }
+    }
+  }
+
+  void HandleWriteCompletion(Network& net, RdmaOp& op) {
+    if (!op.ok()) return Fail("write on " + net.name() + ": " + op.error_message);
+    ++finished_write_ops_;
+    if (finished_write_ops_ % 16384 == 0) {
+      job_.progress().Print(Clock::now(), posted_write_ops_, finished_write_ops_);
+    }
+    if (finished_write_ops_ == job_.total_ops()) {
+      outcome_.stats = job_.progress().Finish(Clock::now(), finished_write_ops_);
+      state_ = State::kDone;
+    }
+  }
+
+  void Fail(const std::string& error) {
+    if (outcome_.ok) {
+      outcome_.ok = false;
+      outcome_.error = error;
+    }
+    state_ = State::kDone;
+  }
+
+  WriteJob& job_;
+  State state_ = State::kWrite;
+  std::vector<WriteState> write_states_;
+  uint64_t posted_write_ops_ = 0;
+  uint64_t finished_write_ops_ = 0;
+  WriteOutcome outcome_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::RunServer<RandomFillWriter>(argc, argv, "09_multinet");
+}

@@ -1,0 +1,156 @@
+// Chapter 11: multithread.
+//
+// One thread per GPU: each polls only its own GPU's NICs and posts only its
+// own GPU's WRITEs, so the completion queues of all NICs are served in
+// parallel. What the threads share (the state, the counters) becomes atomic.
+#include "common/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using tutorial::Clock;
+using tutorial::Network;
+using tutorial::RdmaOp;
+using tutorial::WriteJob;
+using tutorial::WriteOutcome;
+
+class RandomFillWriter {
+ public:
+  explicit RandomFillWriter(WriteJob& job) : job_(job), write_states_(job.num_gpus()) {}
+
+  WriteOutcome Run() {
+    std::vector<std::thread> threads;
+    threads.reserve(job_.num_gpus());
+    for (size_t gpu_idx = 0; gpu_idx < job_.num_gpus(); ++gpu_idx) {
+      threads.emplace_back([this, gpu_idx] {
+        auto& nets = job_.group(gpu_idx).nets;
+        while (state_ != State::kDone) {
+          if (job_.Interrupted()) Fail("interrupted");
+          for (Network* net : nets) net->PollCompletion();
+          switch (state_) {
+            case State::kPostWarmup:
+              PostWarmup(gpu_idx);
+              break;
+            case State::kWaitWarmup:
+              break;
+            case State::kWrite:
+              ContinuePostWrite(gpu_idx);
+              break;
+            case State::kDone:
+              break;
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return outcome_;
+  }
+
+ private:
+  enum class State {
+    kPostWarmup,
+    kWaitWarmup,
+    kWrite,
+    kDone,
+  };
+
+  struct WriteState {
+    bool warmup_posted = false;
+    size_t i_repeat = 0;
+    size_t i_buf = 0;
+    size_t i_page = 0;
+  };
+
+  // One WRITE through every NIC of the GPU: this is the warmup.
+  void PostWarmup(size_t gpu_idx) {
+    WriteState& s = write_states_[gpu_idx];
+    if (s.warmup_posted) return;
+    auto& group = job_.group(gpu_idx);
+    for (size_t k = 0; k < group.nets.size(); ++k) {
+      size_t net_idx = group.GetNext();
+      group.nets[net_idx]->PostWrite(
+          job_.MakeWrite(gpu_idx, net_idx, 0, 0),
+          [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
+    }
+    s.warmup_posted = true;
+    if (++posted_warmups_ == job_.num_gpus()) {
+      // Another thread may already have seen every warmup complete and moved
+      // on to kWrite: only step forward from kPostWarmup, never back.
+      State expected = State::kPostWarmup;
+      state_.compare_exchange_strong(expected, State::kWaitWarmup);
+    }
+  }
+
+  void HandleWarmupCompletion(Network& net, RdmaOp& op) {
+    if (!op.ok()) return Fail("warmup write on " + net.name() + ": " + op.error_message);
+    if (++cnt_warmups_ < job_.num_nics()) return;
+    std::printf("Warmup completed.\n");
+    std::printf("Started RDMA WRITE to the remote memory.\n");
+    job_.progress().Start();
+    state_ = State::kWrite;
+  }
+
+  // Posts the GPU's next WRITE on the next NIC of its group.
+  void ContinuePostWrite(size_t gpu_idx) {
+    WriteState& s = write_states_[gpu_idx];
+    if (s.i_repeat == job_.repeat()) return;
+    auto& group = job_.group(gpu_idx);
+    if (group.Backlogged()) return;
+    size_t net_idx = group.GetNext();
+    group.nets[net_idx]->PostWrite(
+        job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
+        [this](Network& net, RdmaOp& op) { HandleWriteCompletion(net, op); });
+    ++posted_write_ops_;
+    if (++s.i_page == job_.num_pages()) {
+      s.i_page = 0;
+      if (++s.i_buf == job_.buffers_per_gpu()) {
+        s.i_buf = 0;
+        ++s.i_repeat;
+      }
+    }
+  }
+
+  void HandleWriteCompletion(Network& net, RdmaOp& op) {
+    if (!op.ok()) return Fail("write on " + net.name() + ": " + op.error_message);
+    uint64_t finished = ++finished_write_ops_;
+    if (finished % 16384 == 0) {
+      job_.progress().Print(Clock::now(), posted_write_ops_, finished);
+    }
+    if (finished == job_.total_ops()) {
+      outcome_.stats = job_.progress().Finish(Clock::now(), finished);
+      state_ = State::kDone;
+    }
+  }
+
+  void Fail(const std::string& error) {
+    std::lock_guard<std::mutex> lock(fail_mutex_);
+    if (outcome_.ok) {
+      outcome_.ok = false;
+      outcome_.error = error;
+    }
+    state_ = State::kDone;
+  }
+
+  WriteJob& job_;
+  std::atomic<State> state_ = State::kPostWarmup;
+  std::vector<WriteState> write_states_;
+  std::atomic<size_t> posted_warmups_ = 0;
+  std::atomic<size_t> cnt_warmups_ = 0;
+  std::atomic<uint64_t> posted_write_ops_ = 0;
+  std::atomic<uint64_t> finished_write_ops_ = 0;
+  std::mutex fail_mutex_;
+  WriteOutcome outcome_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::RunServer<RandomFillWriter>(argc, argv, "11_multithread");
+}
