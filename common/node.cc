@@ -15,7 +15,8 @@ MemoryKind ResolveMemory(const std::string& requested) {
   bool usable = CudaDeviceCount() > 0;
   if (requested == "cuda") {
     if (!BuiltWithCuda()) {
-      throw UsageError("--memory cuda: this binary was built without CUDA (set CUDA_HOME and rebuild)");
+      throw UsageError(
+          "--memory cuda: this binary was built without CUDA (set CUDA_HOME and rebuild)");
     }
     if (!usable) throw UsageError("--memory cuda: no usable CUDA device (driver or GPU missing)");
     return MemoryKind::kCuda;
@@ -70,13 +71,14 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
     }
   } else {
     size_t gpus = options.gpus;
-    if (gpus == 0) {
+    if (gpus == 0 || !options.cuda_devices.empty()) {
       gpus = fabric_.memory == MemoryKind::kCuda ? static_cast<size_t>(CudaDeviceCount()) : 1;
     }
     size_t per_gpu = options.nics_per_gpu == 0 ? 2 : options.nics_per_gpu;
     for (size_t i = 0; i < gpus * per_gpu; ++i) {
       NicDescription nic;
-      nic.name = fabric_.provider + "/" + nic_infos_[0]->domain_attr->name + "#" + std::to_string(i);
+      nic.name =
+          fabric_.provider + "/" + nic_infos_[0]->domain_attr->name + "#" + std::to_string(i);
       nic_descriptions_.push_back(nic);
       nic_info_of_.push_back(nic_infos_[0].get());
     }
@@ -87,8 +89,34 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
   if (fabric_.memory == MemoryKind::kCuda) {
     for (int d = 0; d < CudaDeviceCount(); ++d) gpu_pci.push_back(CudaPciAddress(d));
   }
+  // --cuda-devices: build the groups of all GPUs (cores are shared out per
+  // NUMA node among all of them), then keep the listed ones in that order.
+  const std::vector<int>& devices = options.cuda_devices;
+  if (!devices.empty()) {
+    if (fabric_.memory != MemoryKind::kCuda) throw UsageError("--cuda-devices needs --memory cuda");
+    if (options.gpus != 0 && options.gpus != devices.size()) {
+      throw UsageError("--gpus " + std::to_string(options.gpus) + " disagrees with the " +
+                       std::to_string(devices.size()) + " device(s) of --cuda-devices");
+    }
+    request.gpus = 0;
+  }
   Topology topology = Topology::Live();
   groups_ = topology.BuildGroups(gpu_pci, nic_descriptions_, request);
+  if (!devices.empty()) {
+    std::vector<Group> chosen;
+    for (int device : devices) {
+      if (device >= static_cast<int>(groups_.size())) {
+        throw UsageError("--cuda-devices: no CUDA device " + std::to_string(device) +
+                         " (this machine has " + std::to_string(groups_.size()) + ")");
+      }
+      for (const Group& g : chosen) {
+        if (g.cuda_device == device)
+          throw UsageError("--cuda-devices: device " + std::to_string(device) + " listed twice");
+      }
+      chosen.push_back(groups_[device]);
+    }
+    groups_ = std::move(chosen);
+  }
   if (groups_.empty()) throw UsageError("no GPU groups to run with");
 
   size_t per_gpu = groups_[0].nics.size();

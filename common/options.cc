@@ -1,7 +1,6 @@
 #include "common/options.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "common/errors.h"
@@ -27,6 +26,10 @@ void AddCommonFlags(CLI::App& app, CommonOptions* o) {
                  "NICs (endpoints) per group; 0: all of the group's NICs (shm, tcp: 2)")
       ->check(CLI::Range(0u, 64u))
       ->capture_default_str();
+  app.add_option("--cuda-devices", o->cuda_devices,
+                 "CUDA devices to use, in group order (e.g. 1 or 2,3); default: 0, 1, ...")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1023));
   app.add_option("--buffer-size", o->buffer_size, "bytes per buffer (2 buffers per GPU)")
       ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 40))
       ->capture_default_str();
@@ -71,7 +74,8 @@ bool ParseClientOptions(int argc, char** argv, const std::string& chapter, Clien
                " client: asks the server for RANDOM_FILL, waits for its RDMA WRITEs and "
                "verifies every byte.");
   AddCommonFlags(app, o);
-  auto* server = app.add_option("--server", o->server, "the server's address, as it printed it (hex)");
+  auto* server =
+      app.add_option("--server", o->server, "the server's address, as it printed it (hex)");
   app.add_option("--page-size", o->page_size, "bytes per page (a multiple of 8)")
       ->capture_default_str();
   app.add_option("--pages", o->pages, "pages per buffer (a random sample of the buffer's slots)")
@@ -97,8 +101,8 @@ bool ParseClientOptions(int argc, char** argv, const std::string& chapter, Clien
   if (o->pages == 0) throw UsageError("--pages must be at least 1");
   uint64_t slots = o->buffer_size / o->page_size;
   if (o->pages > slots) {
-    throw UsageError("--pages " + std::to_string(o->pages) + " exceeds the " + std::to_string(slots) +
-                     " page slots of a " + std::to_string(o->buffer_size) +
+    throw UsageError("--pages " + std::to_string(o->pages) + " exceeds the " +
+                     std::to_string(slots) + " page slots of a " + std::to_string(o->buffer_size) +
                      "-byte buffer (raise --buffer-size)");
   }
   if (slots > UINT32_MAX) throw UsageError("--buffer-size / --page-size exceeds 2^32 slots");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tutorial {
 
@@ -14,8 +15,9 @@ struct CommonOptions {
   std::string domain;             // only this provider domain ("lo" for tcp by default)
   uint32_t gpus = 0;              // 0: every GPU (host memory: 1)
   uint32_t nics_per_gpu = 0;      // 0: every NIC of the group (shm, tcp: 2)
+  std::vector<int> cuda_devices;  // which CUDA devices, in group order; empty: from 0 up
   uint64_t buffer_size = 64ull << 20;
-  std::string result_json;        // append one JSON line per transfer
+  std::string result_json;  // append one JSON line per transfer
   bool print_topology = false;
 };
 
@@ -29,9 +31,9 @@ struct ClientOptions : CommonOptions {
   std::string server;
   uint64_t page_size = 65536;
   uint64_t pages = 1000;
-  uint64_t seed = 0;               // 0: pick one from the clock
-  double connect_timeout = 10;     // seconds to reach the server
-  double timeout = 300;            // seconds to wait for the whole transfer
+  uint64_t seed = 0;            // 0: pick one from the clock
+  double connect_timeout = 10;  // seconds to reach the server
+  double timeout = 300;         // seconds to wait for the whole transfer
 };
 
 // Both return false when the program should exit 0 right away (--help).

@@ -136,7 +136,7 @@ cc_library(name = "cuda", visibility = ["//visibility:public"])
     ctx.file("BUILD.bazel", """
 cc_library(
     name = "cuda",
-    hdrs = glob(["include/**/*.h"]),
+    hdrs = glob(["include/**"]),
     includes = ["include"],
     defines = ["TUTORIAL_HAVE_CUDA=1"],
     linkopts = {linkopts},

@@ -47,6 +47,10 @@ def add_run_flags(parser):
                         help="NAME=VALUE for the server only (e.g. CUDA_VISIBLE_DEVICES=0)")
     parser.add_argument("--client-env", action="append", default=[],
                         help="NAME=VALUE for the client only")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="an extra flag for the server only (e.g. --server-arg=--cuda-devices=0)")
+    parser.add_argument("--client-arg", action="append", default=[],
+                        help="an extra flag for the client only (e.g. --client-arg=--cuda-devices=1)")
 
 
 def build(chapter_list):
@@ -79,7 +83,7 @@ def run_once(args, chapter, echo=True):
         tmp = pathlib.Path(tmp)
         server_cmd = [binary(args, chapter, "server"), "--once", "--repeat", str(args.repeat),
                       "--address-file", str(tmp / "address"), "--result-json",
-                      str(tmp / "server.json"), *layout]
+                      str(tmp / "server.json"), *layout, *getattr(args, "server_arg", [])]
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, env=env_with(args.server_env))
         try:
@@ -92,7 +96,8 @@ def run_once(args, chapter, echo=True):
             address = (tmp / "address").read_text().strip()
             client_cmd = [binary(args, chapter, "client"), "--server", address, "--page-size",
                           str(args.page_size), "--pages", str(args.pages), "--timeout",
-                          str(args.timeout), "--result-json", str(tmp / "client.json"), *layout]
+                          str(args.timeout), "--result-json", str(tmp / "client.json"), *layout,
+                          *getattr(args, "client_arg", [])]
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       env=env_with(args.client_env))
