@@ -19,6 +19,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -101,24 +102,40 @@ def run_once(args, chapter, echo=True):
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       env=env_with(args.client_env))
-            for line in server.stdout:
-                if echo:
-                    print(f"  server| {line.rstrip()}", flush=True)
-            server.wait(timeout=args.timeout)
-            client_out, _ = client.communicate(timeout=args.timeout)
+            # The server's lines are echoed by a thread so that a hung run is
+            # still bounded by the timeout below.
+            server_lines = []
+
+            def pump():
+                for line in server.stdout:
+                    server_lines.append(line)
+                    if echo:
+                        print(f"  server| {line.rstrip()}", flush=True)
+
+            pumper = threading.Thread(target=pump, daemon=True)
+            pumper.start()
+            try:
+                client_out, _ = client.communicate(timeout=args.timeout + 30)
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{chapter}: no result within {args.timeout + 30:.0f} s:\n"
+                                   + "".join(server_lines[-20:]))
+            pumper.join(timeout=5)
             if echo:
                 for line in client_out.splitlines()[-2:]:
                     print(f"  client| {line}", flush=True)
             if client.returncode != 0:
-                raise RuntimeError(f"{chapter} client failed ({client.returncode}):\n{client_out}")
+                raise RuntimeError(f"{chapter} client failed ({client.returncode}):\n{client_out}"
+                                   + "".join(server_lines[-10:]))
             if server.returncode != 0:
-                raise RuntimeError(f"{chapter} server failed ({server.returncode})")
+                raise RuntimeError(f"{chapter} server failed ({server.returncode}):\n"
+                                   + "".join(server_lines[-20:]))
             record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
             record["command"] = " ".join(["server", *server_cmd[1:]])
             return record
         finally:
-            for p in (server,):
-                if p.poll() is None:
+            for p in (server, locals().get("client")):
+                if p is not None and p.poll() is None:
                     p.kill()
                     p.wait()
 

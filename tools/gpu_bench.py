@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Measures every chapter on a GPU machine, with fi_rma_bw as the ceiling.
+
+Runs where Bazel is not: the chapter binaries come from --bin-dir (built
+elsewhere against a CUDA toolkit and a CUDA-capable libfabric) and fabtests'
+fi_rma_bw from --fabtests. Each measurement is appended as one JSON line to
+--out/records.jsonl as soon as it exists, so a run cut short keeps what it
+measured. tools/gpu_tables.py turns the records into tables.
+
+  phases:
+    env       GPUs, driver, CUDA, CPU, libfabric
+    ceiling   fi_rma_bw -o writedata, one pair per endpoint, run concurrently
+    cuda      every chapter, --memory cuda over shm, server and client on
+              different GPUs, each page size
+    host      every chapter, --memory host over shm, many groups (as on a p5)
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import run_chapter  # noqa: E402
+
+CHAPTERS = ["09_multinet", "10_warmup", "11_multithread", "12_pin", "13_shard", "14_batch",
+            "15_lazy"]
+
+
+def emit(out, record):
+    with open(out / "records.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60).stdout
+    except subprocess.TimeoutExpired:
+        return ""
+
+
+def phase_env(args):
+    env = {
+        "phase": "env",
+        "gpus": sh("nvidia-smi --query-gpu=index,name,driver_version,pci.bus_id,memory.total "
+                   "--format=csv,noheader").strip().splitlines(),
+        "topology": sh("nvidia-smi topo -m").strip(),
+        "cuda": sh("ls -d /usr/local/cuda-* 2>/dev/null; cat /usr/local/cuda/version.json "
+                   "2>/dev/null | head -5").strip(),
+        "cpu": sh("lscpu | grep -E 'Model name|^CPU\\(s\\)|NUMA node\\(s\\)|Thread'").strip(),
+        "memory": sh("grep MemTotal /proc/meminfo").strip(),
+        "kernel": sh("uname -r").strip(),
+        "libfabric": sh(f"{args.fabtests}/fi_info --version").strip(),
+        "fi_info_shm_hmem": sh(f"{args.fabtests}/fi_info -p shm -c FI_HMEM | head -3").strip(),
+    }
+    emit(args.out, env)
+
+
+ROW = re.compile(r"^\s*(\d+[kmg]?)\s+(\S+)\s+(\S+)\s+(\S+)s\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+
+
+def rma_bw_pairs(args, size, pairs, cuda, iters):
+    """Runs `pairs` fi_rma_bw pairs at once; returns the summed MB/s and Mops/s."""
+    base = [f"{args.fabtests}/fi_rma_bw", "-p", "shm", "-S", str(size), "-I", str(iters), "-W",
+            "64", "-o", "writedata"]
+    servers, clients = [], []
+    for k in range(pairs):
+        port = 9300 + k
+        s_dev = ["-D", "cuda", "-i", str(args.server_devices[k % len(args.server_devices)])] if cuda else []
+        c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
+        servers.append(subprocess.Popen(base + [f"-E={port}"] + s_dev, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True))
+    time.sleep(1.0)
+    for k in range(pairs):
+        port = 9300 + k
+        c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
+        clients.append(subprocess.Popen(base + [f"-E={port}"] + c_dev + ["127.0.0.1"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    mbps = mops = 0.0
+    ok = True
+    for p in clients + servers:
+        try:
+            out, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, ok = "", False
+        if p in clients:
+            rows = [ROW.match(line) for line in out.splitlines()]
+            rows = [r for r in rows if r]
+            if rows:
+                mbps += float(rows[-1].group(5))  # fabtests' MB is 10^6 bytes
+                mops += float(rows[-1].group(5)) / size
+            else:
+                ok = False
+                print(out[-2000:], flush=True)
+    return ok, mbps, mops
+
+
+def phase_ceiling(args, memory, sizes, pairs):
+    for size in sizes:
+        iters = args.iters_small if size < 1 << 20 else args.iters_large
+        ok, mbps, mops = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
+        emit(args.out, {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
+                        "memory": memory, "page_size": size, "pairs": pairs, "ok": ok,
+                        "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters})
+
+
+def chapter_args(args, memory, size, gpus, nics):
+    ns = argparse.Namespace()
+    total = min(args.max_bytes_per_run, size * args.ops_per_run)
+    pages = max(1, min(1000, (args.buffer_bytes // size)))
+    repeat = max(1, total // (size * pages * 2 * gpus))
+    ns.provider, ns.memory, ns.gpus, ns.nics_per_gpu = "shm", memory, gpus, nics
+    ns.page_size, ns.pages, ns.repeat = size, pages, repeat
+    ns.buffer_size = None
+    ns.bin_dir, ns.no_build, ns.timeout = args.bin_dir, True, args.run_timeout
+    ns.server_env, ns.client_env = [], []
+    if memory == "cuda":
+        ns.server_arg = ["--cuda-devices=" + ",".join(map(str, args.server_devices))]
+        ns.client_arg = ["--cuda-devices=" + ",".join(map(str, args.client_devices))]
+    else:
+        ns.server_arg, ns.client_arg = [], []
+    return ns
+
+
+def phase_chapters(args, phase, memory, sizes, gpus, nics, deadline):
+    for size in sizes:
+        for chapter in CHAPTERS:
+            runs = []
+            for i in range(args.runs):
+                if time.monotonic() > deadline:
+                    print(f"gpu_bench: time budget spent, stopping {phase}", flush=True)
+                    return
+                ns = chapter_args(args, memory, size, gpus, nics)
+                try:
+                    record = run_chapter.run_once(ns, chapter, echo=False)
+                    runs.append(record)
+                except Exception as e:  # a failed run is recorded, not fatal
+                    emit(args.out, {"phase": phase, "chapter": chapter, "page_size": size,
+                                    "ok": False, "error": str(e)[-500:]})
+            if runs:
+                best = sorted(runs, key=lambda r: r["gbps"])[len(runs) // 2]
+                emit(args.out, {"phase": phase, "chapter": chapter, "memory": memory,
+                                "provider": "shm", "page_size": size, "gpus": gpus,
+                                "nics_per_gpu": nics, "runs": len(runs), "ok": True,
+                                "gbps": statistics.median(r["gbps"] for r in runs),
+                                "mops": statistics.median(r["mops"] for r in runs),
+                                "all_gbps": [r["gbps"] for r in runs],
+                                "command": best["command"], "libfabric": best["libfabric"],
+                                "pages": best["pages"], "repeat": best["repeat"]})
+
+
+def smoke(args):
+    """One small CUDA run first: a broken CUDA path must not eat the budget."""
+    ns = chapter_args(args, "cuda", 65536, len(args.server_devices), 1)
+    ns.repeat, ns.pages, ns.timeout = 2, 16, 20
+    try:
+        record = run_chapter.run_once(ns, "10_warmup", echo=True)
+        emit(args.out, {"phase": "smoke", "ok": True, "gbps": record["gbps"]})
+        return True
+    except Exception as e:
+        emit(args.out, {"phase": "smoke", "ok": False, "error": str(e)[-3000:]})
+        return False
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bin-dir", type=pathlib.Path, required=True)
+    p.add_argument("--fabtests", type=pathlib.Path, required=True, help="folder with fi_rma_bw")
+    p.add_argument("--out", type=pathlib.Path, required=True)
+    p.add_argument("--phases", default="env,ceiling,cuda,host")
+    p.add_argument("--server-devices", default="0")
+    p.add_argument("--client-devices", default="1")
+    p.add_argument("--nics-per-gpu", type=int, default=4)
+    p.add_argument("--sizes", default="4096,65536,1048576")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--ops-per-run", type=int, default=250000, help="WRITEs per chapter run")
+    p.add_argument("--max-bytes-per-run", type=int, default=64 << 30)
+    p.add_argument("--buffer-bytes", type=int, default=256 << 20)
+    p.add_argument("--iters-small", type=int, default=20000)
+    p.add_argument("--iters-large", type=int, default=5000)
+    p.add_argument("--host-gpus", type=int, default=8)
+    p.add_argument("--host-nics", type=int, default=4)
+    p.add_argument("--host-sizes", default="65536")
+    p.add_argument("--budget", type=float, default=500, help="seconds for everything")
+    p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
+    args = p.parse_args()
+    args.server_devices = [int(x) for x in args.server_devices.split(",")]
+    args.client_devices = [int(x) for x in args.client_devices.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.budget
+    sizes = [int(x) for x in args.sizes.split(",")]
+    gpus = len(args.server_devices)
+    phases = args.phases.split(",")
+    if "env" in phases:
+        phase_env(args)
+    if "ceiling" in phases:
+        phase_ceiling(args, "cuda", sizes, gpus * args.nics_per_gpu)
+        phase_ceiling(args, "host", [int(x) for x in args.host_sizes.split(",")],
+                      args.host_gpus * args.host_nics)
+    if "cuda" in phases and not smoke(args):
+        phases.remove("cuda")
+    if "cuda" in phases:
+        phase_chapters(args, "cuda", "cuda", sizes, gpus, args.nics_per_gpu, deadline)
+    if "host" in phases:
+        phase_chapters(args, "host", "host", [int(x) for x in args.host_sizes.split(",")],
+                       args.host_gpus, args.host_nics, deadline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
