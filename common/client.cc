@@ -1,8 +1,11 @@
 #include "common/client.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "common/errors.h"
 #include "common/main_guard.h"
@@ -51,24 +54,16 @@ class RandomFillClient {
     Send(server, Encode(MakeConnect()), "CONNECT");
     auto start = Clock::now();
     Send(server, Encode(request), "RANDOM_FILL");
-    std::printf("Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
-                "the server's writes...\n",
-                request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
-                static_cast<unsigned long long>(request.seed));
+    std::printf(
+        "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
+        "the server's writes...\n",
+        request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
+        static_cast<unsigned long long>(request.seed));
     std::fflush(stdout);
 
     size_t expected = node_.num_gpus() * node_.nics_per_gpu();
-    auto deadline = start + std::chrono::duration<double>(options_.timeout);
-    while (notices_ < expected) {
-      PollAll();
-      if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
-      if (Clock::now() > deadline) {
-        char waited[32];
-        std::snprintf(waited, sizeof(waited), "%g", options_.timeout);
-        throw RuntimeError(std::string("timed out after ") + waited + " s waiting for the server's writes (" + std::to_string(notices_) +
-                           " of " + std::to_string(expected) + " NICs reported)");
-      }
-    }
+    WaitForNotices(expected, start + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(options_.timeout)));
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("All %zu NIC(s) reported the last write after %.3f s.\n", expected, seconds);
     return Verify(request, seconds);
@@ -81,7 +76,52 @@ class RandomFillClient {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
     }
-    if (!rejected_.empty()) throw UsageError("the server rejected the request: " + rejected_);
+    ThrowIfRejected();
+  }
+
+  void ThrowIfRejected() const {
+    if (rejected_flag_.load(std::memory_order_acquire)) {
+      throw UsageError("the server rejected the request: " + rejected_);
+    }
+  }
+
+  // Waits for the final write of every NIC. One thread per GPU group polls
+  // that group's NICs: shm moves data in the target's progress calls (its
+  // CUDA IPC copies too), so a single thread polling every NIC would make
+  // the client, not the server, the bottleneck of a many-NIC run.
+  void WaitForNotices(size_t expected, Clock::time_point deadline) {
+    std::atomic<bool> stop{false};
+    std::mutex error_mutex;
+    std::string error;
+    std::vector<std::thread> threads;
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      threads.emplace_back([&, g] {
+        try {
+          while (!stop.load(std::memory_order_relaxed)) {
+            for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
+            if (notices_.load(std::memory_order_relaxed) >= expected ||
+                rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
+                Clock::now() > deadline) {
+              stop = true;
+            }
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (error.empty()) error = e.what();
+          stop = true;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ThrowIfRejected();
+    if (!error.empty()) throw RuntimeError(error);
+    if (notices_ >= expected) return;
+    if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
+    char waited[32];
+    std::snprintf(waited, sizeof(waited), "%g", options_.timeout);
+    throw RuntimeError(std::string("timed out after ") + waited +
+                       " s waiting for the server's writes (" + std::to_string(notices_.load()) +
+                       " of " + std::to_string(expected) + " NICs reported)");
   }
 
   void ListenForReject() {
@@ -95,6 +135,7 @@ class RandomFillClient {
                        rejected_ = std::string("(unreadable reply: ") + e.what() + ")";
                      }
                      if (rejected_.empty()) rejected_ = "(no reason given)";
+                     rejected_flag_.store(true, std::memory_order_release);
                    });
   }
 
@@ -122,7 +163,8 @@ class RandomFillClient {
                  : static_cast<uint64_t>(Clock::now().time_since_epoch().count()) | 1;
     r.remote_context = static_cast<uint32_t>(RandomStream(r.seed, 0xC0, 0x7E).Word(0)) | 1;
     r.page_size = options_.page_size;
-    r.page_indices = SamplePageSlots(r.seed, node_.buffer_size() / options_.page_size, options_.pages);
+    r.page_indices =
+        SamplePageSlots(r.seed, node_.buffer_size() / options_.page_size, options_.pages);
     return r;
   }
 
@@ -179,9 +221,9 @@ class RandomFillClient {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (uint32_t b = 0; b < node_.buffers_per_gpu(); ++b) {
         node_.buffer(g, b).CopyToHost(0, host.data(), host.size());
-        VerifyReport report = VerifyPages(RandomStream(request.seed, static_cast<uint32_t>(g), b),
-                                          host.data(), host.size(), request.page_size,
-                                          request.page_indices);
+        VerifyReport report =
+            VerifyPages(RandomStream(request.seed, static_cast<uint32_t>(g), b), host.data(),
+                        host.size(), request.page_size, request.page_indices);
         total.pages_checked += report.pages_checked;
         total.bytes_checked += report.bytes_checked;
         total.bad_pages += report.bad_pages;
@@ -228,8 +270,9 @@ class RandomFillClient {
   MemoryRegion send_region_;
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
-  std::string rejected_;  // the server's reason, once a REJECT arrived
-  size_t notices_ = 0;
+  std::string rejected_;                    // the server's reason, once a REJECT arrived...
+  std::atomic<bool> rejected_flag_{false};  // ...published by this flag
+  std::atomic<size_t> notices_{0};
 };
 
 }  // namespace

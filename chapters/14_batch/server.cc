@@ -121,16 +121,21 @@ class RandomFillWriter {
       std::fprintf(stderr, "server: cannot pin a thread to CPU %d (error %d)\n", cpu, err);
   }
 
-  // One WRITE through every NIC of the GPU: this is the warmup.
+  // The warmup: one WRITE through every NIC of the GPU into each of the
+  // GPU's buffers. Every (NIC, buffer) pair is a memory region of its own on
+  // the client, and some providers set up per-region state on first use
+  // (shm opens a CUDA IPC handle), which belongs outside the timed part too.
   void PostWarmup(size_t gpu_idx) {
     WriteState& s = write_states_[gpu_idx];
     if (s.warmup_posted) return;
     auto& group = job_.group(gpu_idx);
     for (size_t k = 0; k < group.nets.size(); ++k) {
       size_t net_idx = group.GetNext();
-      group.nets[net_idx]->PostWrite(
-          job_.MakeWrite(gpu_idx, net_idx, 0, 0),
-          [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
+      for (size_t buf_idx = 0; buf_idx < job_.buffers_per_gpu(); ++buf_idx) {
+        group.nets[net_idx]->PostWrite(
+            job_.MakeWrite(gpu_idx, net_idx, buf_idx, 0),
+            [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
+      }
     }
     s.warmup_posted = true;
     if (++posted_warmups_ == job_.num_gpus()) {
@@ -143,7 +148,7 @@ class RandomFillWriter {
 
   void HandleWarmupCompletion(Network& net, RdmaOp& op) {
     if (!op.ok()) return Fail("warmup write on " + net.name() + ": " + op.error_message);
-    if (++cnt_warmups_ < job_.num_nics()) return;
+    if (++cnt_warmups_ < job_.num_nics() * job_.buffers_per_gpu()) return;
     std::printf("Warmup completed.\n");
     std::printf("Started RDMA WRITE to the remote memory.\n");
     job_.progress().Start();
