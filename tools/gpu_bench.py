@@ -180,7 +180,7 @@ def main():
     p.add_argument("--sizes", default="4096,65536,1048576")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--ops-per-run", type=int, default=250000, help="WRITEs per chapter run")
-    p.add_argument("--max-bytes-per-run", type=int, default=64 << 30)
+    p.add_argument("--max-bytes-per-run", type=int, default=256 << 30)
     p.add_argument("--buffer-bytes", type=int, default=256 << 20)
     p.add_argument("--iters-small", type=int, default=20000)
     p.add_argument("--iters-large", type=int, default=5000)
