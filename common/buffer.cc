@@ -91,6 +91,14 @@ std::string CudaPciAddress(int device) {
 #endif
 }
 
+void MakeCudaDeviceCurrent(int device) {
+#ifdef TUTORIAL_HAVE_CUDA
+  if (device >= 0) CheckCuda(cudaSetDevice(device), "cudaSetDevice");
+#else
+  (void)device;
+#endif
+}
+
 Buffer Buffer::Allocate(MemoryKind kind, int cuda_device, size_t size) {
   if (size == 0) throw UsageError("buffer size must be positive");
   if (kind == MemoryKind::kHost) {

@@ -97,6 +97,7 @@ class RandomFillClient {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       threads.emplace_back([&, g] {
         try {
+          MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
           while (!stop.load(std::memory_order_relaxed)) {
             for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
             if (notices_.load(std::memory_order_relaxed) >= expected ||

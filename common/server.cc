@@ -43,6 +43,10 @@ RdmaWrite WriteJob::MakeWrite(size_t gpu, size_t nic, size_t buf, size_t page) c
 
 bool WriteJob::Interrupted() const { return StopRequested(); }
 
+void WriteJob::UseGpuOnThisThread(size_t gpu) const {
+  MakeCudaDeviceCurrent(node_.groups()[gpu].cuda_device);
+}
+
 bool DrainTransmits(Node& node, double seconds) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {

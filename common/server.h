@@ -38,6 +38,9 @@ class WriteJob {
   uint64_t total_ops() const { return num_gpus_ * ops_per_gpu(); }
 
   NetworkGroup& group(size_t gpu) { return node_.net_groups()[gpu]; }
+  // Makes the GPU current on the calling thread: a thread that polls a
+  // GPU's NICs must, because providers issue CUDA calls from it.
+  void UseGpuOnThisThread(size_t gpu) const;
   // Physical cores of the GPU's NUMA node set aside for it (for pinning).
   const std::vector<int>& cores(size_t gpu) const { return node_.groups()[gpu].cores; }
 
