@@ -1,0 +1,557 @@
+#!/usr/bin/env python3
+"""Runs every chapter on this machine and records a table and a plot.
+
+Builds every chapter's server and client, runs each chapter a few times over a
+local provider (tools/run_chapter.py does one run), keeps the median, and
+writes into results/<machine>-<provider>-<memory>/:
+
+  results.md    the table, with the machine, libfabric, command line and date
+  results.csv   the same numbers, one row per chapter
+  results.json  the settings and every run's raw server record
+  plot.png      Gbps and Mops/s per chapter, beside the series' p5 ladder
+
+  python3 tools/compare.py                      # shm, host memory, 3 runs each
+  python3 tools/compare.py --provider tcp
+  python3 tools/compare.py --provider shm --gpus 2 --nics-per-gpu 2
+  python3 tools/compare.py --chapters 13_shard 14_batch --runs 5
+  python3 tools/compare.py --plot-only results/2core-amd-epyc-shm-host
+
+<machine> is --machine, or a slug of the core count and CPU model
+("2core-amd-epyc"). A layout other than 1 GPU x 2 NICs adds "-<G>x<K>" to the
+folder name, a page size other than 65536 adds "-page<B>"; --out names the
+folder outright. A folder under results/ also refreshes the result tables of
+the docs pages (tools/docs_diff.py --write; --no-docs skips that).
+"""
+import argparse
+import contextlib
+import csv
+import datetime
+import io
+import json
+import os
+import pathlib
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import run_chapter  # noqa: E402
+import series  # noqa: E402
+
+ROOT = run_chapter.ROOT
+DEFAULT_LAYOUT = (1, 2)  # GPUs, NICs per GPU: run_chapter's defaults
+DEFAULT_PAGE_SIZE = 65536  # the series' page
+CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "gbps_median", "mops_median", "gbps_min",
+              "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "provider", "memory",
+              "gpus", "nics_per_gpu", "page_size", "pages", "repeat", "libfabric", "machine"]
+
+
+# --- the machine -----------------------------------------------------------
+
+def _read(path):
+    try:
+        return pathlib.Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def cpu_model():
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def memory_gib():
+    m = re.search(r"^MemTotal:\s+(\d+) kB", _read("/proc/meminfo"), re.M)
+    return int(m.group(1)) / 2**20 if m else 0.0
+
+
+def os_name():
+    m = re.search(r'^PRETTY_NAME="?([^"\n]*)', _read("/etc/os-release"), re.M)
+    return m.group(1) if m else platform.system()
+
+
+def _output(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def gpus():
+    if not shutil.which("nvidia-smi"):
+        return ""
+    names = _output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
+    if not names:
+        return ""
+    counts = {}
+    for n in names:
+        counts[n.strip()] = counts.get(n.strip(), 0) + 1
+    return ", ".join(f"{c} x {n}" for n, c in counts.items())
+
+
+def libfabric_build():
+    """fi_info's own version line (e.g. 1.17.0), when fi_info is installed."""
+    m = re.search(r"libfabric:\s*(\S+)", _output(["fi_info", "--version"]))
+    return m.group(1) if m else ""
+
+
+def machine_slug():
+    model = cpu_model().lower()
+    model = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", " ", model)
+    words = re.sub(r"[^a-z0-9]+", " ", model).split()[:4] or ["cpu"]
+    return f"{cpu_count()}core-" + "-".join(words)
+
+
+def describe_machine():
+    d = {
+        "cpu": cpu_model(),
+        "cpus": cpu_count(),
+        "memory_gib": round(memory_gib(), 1),
+        "kernel": platform.release(),
+        "os": os_name(),
+    }
+    g = gpus()
+    if g:
+        d["gpus"] = g
+    return d
+
+
+def cpu_snapshot():
+    """(busy CPU seconds of the whole machine, CPU seconds of this process
+    and its finished children). Busy counts user, nice and system time, not
+    interrupts; None where /proc/stat is missing."""
+    fields = _read("/proc/stat").split("\n", 1)[0].split()
+    if len(fields) < 4 or fields[0] != "cpu":
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(int(x) for x in fields[1:4]) / hz
+    t = os.times()
+    return busy, t.user + t.system + t.children_user + t.children_system
+
+
+def other_cpu_share(before, after, seconds):
+    if before is None or after is None or seconds <= 0:
+        return None
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return max(0.0, others / (seconds * cpu_count()))
+
+
+# --- running ---------------------------------------------------------------
+
+class ProgressFilter(io.TextIOBase):
+    """Takes run_chapter's echo and shows one live status line instead.
+
+    On a terminal the server's latest progress line rewrites itself in place;
+    into a file or pipe only compare's own lines come through (--verbose lets
+    everything through).
+    """
+
+    def __init__(self, out, verbose):
+        self.out = out
+        self.verbose = verbose
+        self.tty = out.isatty()
+        self.prefix = ""
+        self.buffer = ""
+        self.shown = False
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        self.buffer += s
+        while "\n" in self.buffer:
+            line, self.buffer = self.buffer.split("\n", 1)
+            self._line(line)
+        return len(s)
+
+    def _line(self, line):
+        if self.verbose:
+            self.out.write(line + "\n")
+        elif self.tty and line.startswith("  server| ["):
+            status = f"{self.prefix} {line[len('  server| '):]}"
+            width = shutil.get_terminal_size((120, 20)).columns - 1
+            self.out.write("\r\033[K" + status[:width])
+            self.shown = True
+        self.out.flush()
+
+    def clear(self):
+        if self.shown:
+            self.out.write("\r\033[K")
+            self.shown = False
+        self.out.flush()
+
+
+def say(filt, text):
+    filt.clear()
+    print(text, file=filt.out, flush=True)
+
+
+def stage_binaries(chapter_list, dest):
+    """Copies the freshly built binaries aside, so that a rebuild in the same
+    workspace (another terminal, a test run) cannot swap them mid-run."""
+    for chapter in chapter_list:
+        (dest / chapter).mkdir(parents=True)
+        for name in ("server", "client"):
+            src = ROOT / "bazel-bin" / "chapters" / chapter / name
+            if not src.exists():
+                sys.exit(f"compare: {src} not found after the build")
+            shutil.copy2(src, dest / chapter / name)
+
+
+def run_all(args, chapter_list):
+    records = []
+    filt = ProgressFilter(sys.stdout, args.verbose)
+    started = time.monotonic()
+    for i, chapter in enumerate(chapter_list, 1):
+        for j in range(1, args.runs + 1):
+            tag = f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]"
+            filt.prefix = tag
+            if filt.tty and not args.verbose:
+                filt.out.write("\r\033[K" + f"{tag} starting")
+                filt.out.flush()
+                filt.shown = True
+            t0 = time.monotonic()
+            try:
+                with contextlib.redirect_stdout(filt):
+                    record = run_chapter.run_once(args, chapter, echo=True)
+            except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                record = {"chapter": chapter, "ok": False, "error": str(e)}
+                say(filt, f"{tag} FAILED after {time.monotonic() - t0:.1f} s: {first}")
+            else:
+                if record.get("ok"):
+                    say(filt, f"{tag} {record['gbps']:8.3f} Gbps {record['mops']:7.4f} Mops/s "
+                              f"({record['seconds']:.2f} s timed, {time.monotonic() - t0:.1f} s "
+                              f"in all)")
+                else:
+                    say(filt, f"{tag} FAILED: {record.get('error', 'no error given')}")
+            record["run"] = j
+            records.append(record)
+    filt.clear()
+    return records, time.monotonic() - started
+
+
+# --- tables ----------------------------------------------------------------
+
+def summarize(records, chapter_list):
+    rows = []
+    prev_gbps = None
+    for chapter in chapter_list:
+        mine = [r for r in records if r.get("chapter") == chapter]
+        ok = [r for r in mine if r.get("ok")]
+        row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.CHAPTERS
+               else "", "runs": len(mine), "runs_ok": len(ok),
+               "series_p5_gbps": series.series_gbps(chapter) if chapter in series.CHAPTERS
+               else ""}
+        if ok:
+            g = [r["gbps"] for r in ok]
+            row.update(gbps_median=statistics.median(g), gbps_min=min(g), gbps_max=max(g),
+                       mops_median=statistics.median(r["mops"] for r in ok),
+                       seconds_median=statistics.median(r["seconds"] for r in ok))
+            if prev_gbps:
+                row["vs_previous"] = row["gbps_median"] / prev_gbps - 1
+            prev_gbps = row["gbps_median"]
+        else:
+            prev_gbps = None
+        rows.append(row)
+    return rows
+
+
+def fmt_change(x):
+    return "" if x in (None, "") else f"{100 * float(x):+.1f}%"
+
+
+def markdown_table(rows):
+    lines = ["| chapter | idea | Gbps (median) | Mops/s (median) | Gbps min-max | runs "
+             "| vs previous | series on p5, Gbps |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("gbps_median") is None:
+            nums = "failed | | "
+        else:
+            nums = (f"{r['gbps_median']:.3f} | {r['mops_median']:.4f} | "
+                    f"{r['gbps_min']:.3f}-{r['gbps_max']:.3f}")
+        runs = f"{r['runs_ok']}" if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
+        p5 = f"{r['series_p5_gbps']:.3f}" if r["series_p5_gbps"] != "" else ""
+        lines.append(f"| {r['chapter']} | {r['idea']} | {nums} | {runs} | "
+                     f"{fmt_change(r.get('vs_previous'))} | {p5} |")
+    return "\n".join(lines)
+
+
+def layout_text(meta):
+    s = meta["settings"]
+    return (f"{s['gpus']} GPU(s) x {s['nics_per_gpu']} NIC(s), {s['memory']} memory, "
+            f"page {s['page_size']} B, {s['pages']} pages, repeat {s['repeat']} "
+            f"({2 * s['gpus'] * s['pages'] * s['repeat']} WRITEs a run)")
+
+
+def write_markdown(path, meta, rows):
+    m = meta["machine"]
+    s = meta["settings"]
+    lib = meta["libfabric"] + (f" (fi_info: {meta['libfabric_build']})"
+                               if meta.get("libfabric_build") else "")
+    other = ("unknown" if meta.get("other_cpu") is None else
+             f"{100 * meta['other_cpu']:.1f}% of the machine's CPU time")
+    machine = (f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['os']}, "
+               f"Linux {m['kernel']}" + (f", {m['gpus']}" if m.get("gpus") else ""))
+    text = f"""# {meta['name']}: the chapters over `{s['provider']}`, {s['memory']} memory
+
+Recorded by `tools/compare.py`; every number below comes from its runs.
+
+- machine: {machine}
+- libfabric: {lib}
+- provider: {s['provider']}; memory: {s['memory']}
+- request: {layout_text(meta)}
+- runs: {s['runs']} per chapter, median kept
+- date: {meta['date']} (took {meta['seconds']:.0f} s)
+- other processes' CPU use during the runs: {other}
+- command: `{meta['command']}`
+
+{markdown_table(rows)}
+
+Gbps and Mops/s are the server's, timed from the first WRITE after warmup to
+the last completion. "vs previous" compares the median Gbps with the chapter
+before. The last column is the number {series.SERIES_SOURCE} (8 GPUs, 32 EFA
+NICs, 64 KiB pages), quoted for reference, not measured here.
+
+![plot](plot.png)
+"""
+    path.write_text(text)
+
+
+def write_csv(path, meta, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        s = meta["settings"]
+        for r in rows:
+            out = {k: r.get(k, "") for k in CSV_FIELDS}
+            for k in ("gbps_median", "gbps_min", "gbps_max"):
+                if out[k] != "":
+                    out[k] = f"{out[k]:.3f}"
+            for k in ("mops_median", "vs_previous", "seconds_median"):
+                if out[k] != "":
+                    out[k] = f"{out[k]:.4f}"
+            out.update(provider=s["provider"], memory=s["memory"], gpus=s["gpus"],
+                       nics_per_gpu=s["nics_per_gpu"], page_size=s["page_size"],
+                       pages=s["pages"], repeat=s["repeat"], libfabric=meta["libfabric"],
+                       machine=meta["machine_slug"])
+            w.writerow(out)
+
+
+# --- the plot --------------------------------------------------------------
+
+def _import_pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot(out_dir):
+    """Draws plot.png from results.json. Returns True when it did."""
+    try:
+        plt = _import_pyplot()
+    except ImportError:
+        # Debian's python3-matplotlib belongs to /usr/bin/python3; a python3
+        # from elsewhere (pyenv, a venv) may not see it: try that one.
+        system = "/usr/bin/python3"
+        if (os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system)
+                and not os.environ.get("COMPARE_PLOT_REEXEC")):
+            env = dict(os.environ, COMPARE_PLOT_REEXEC="1")
+            ret = subprocess.run([system, __file__, "--plot-only", str(out_dir)], env=env)
+            return ret.returncode == 0
+        print("compare: no matplotlib, so no plot.png (bash tools/setup.sh installs "
+              "python3-matplotlib)", file=sys.stderr)
+        return False
+
+    data = json.loads((out_dir / "results.json").read_text())
+    meta, rows = data["meta"], data["rows"]
+    fig = plt.figure(figsize=(14, 6.4))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1])
+    ax = fig.add_subplot(grid[0, 0])
+    mx = fig.add_subplot(grid[1, 0], sharex=ax)
+    bx = fig.add_subplot(grid[:, 1])
+
+    labels = [f"{series.number(r['chapter'])}\n{series.short_name(r['chapter'])}" for r in rows]
+    xs = list(range(len(rows)))
+    s = meta["settings"]
+    for axis, key, unit, color, digits in ((ax, "gbps", "Gbps", "#4C72B0", 2),
+                                            (mx, "mops", "Mops/s", "#DD8452", 4)):
+        med = [r.get(f"{key}_median") or 0 for r in rows]
+        err = None
+        if key == "gbps":  # the spread of the runs
+            err = [[m - (r.get("gbps_min") or 0) for m, r in zip(med, rows)],
+                   [(r.get("gbps_max") or 0) - m for m, r in zip(med, rows)]]
+        bars = axis.bar(xs, med, color=color, yerr=err, capsize=3)
+        top = max(med + [1e-9])
+        for b, r in zip(bars, rows):
+            value = r.get(f"{key}_median")
+            y = max(b.get_height(), r.get("gbps_max") or 0) if key == "gbps" else b.get_height()
+            axis.annotate("failed" if value is None else f"{value:.{digits}f}",
+                          (b.get_x() + b.get_width() / 2, y), xytext=(0, 3),
+                          textcoords="offset points", ha="center", fontsize=8)
+        axis.set_ylim(0, top * 1.3)
+        axis.set_ylabel(unit)
+    ax.set_title(f"This machine: {meta['machine_slug']}, {s['provider']}, {s['memory']} memory, "
+                 f"{s['gpus']} GPU(s) x {s['nics_per_gpu']} NIC(s)\n"
+                 f"page {s['page_size']} B, {s['pages']} pages, repeat {s['repeat']}; "
+                 f"median of {s['runs']} runs (Gbps bars: min-max)", fontsize=10)
+    ax.tick_params(labelbottom=False)
+    mx.set_xticks(xs, labels, fontsize=8)
+
+    chapters = series.ORDER
+    p5 = [series.series_gbps(c) for c in chapters]
+    pbars = bx.bar(range(len(chapters)), p5, color="#55A868")
+    for b, c in zip(pbars, chapters):
+        bx.annotate(f"{series.series_gbps(c):.0f}\n{100 * series.series_share(c):.1f}%",
+                    (b.get_x() + b.get_width() / 2, b.get_height()), xytext=(0, 3),
+                    textcoords="offset points", ha="center", fontsize=8)
+    bx.axhline(series.SERIES_LINK_GBPS, color="gray", linestyle="--", linewidth=1)
+    bx.text(-0.4, series.SERIES_LINK_GBPS * 1.02, "3200 Gbps = 32 EFA NICs x 100 Gbps",
+            fontsize=8, color="gray")
+    bx.set_xticks(range(len(chapters)),
+                  [f"{series.number(c)}\n{series.short_name(c)}" for c in chapters], fontsize=8)
+    bx.set_ylim(0, series.SERIES_LINK_GBPS * 1.2)
+    bx.set_ylabel("Gbps")
+    bx.set_title("The series' ladder, recorded by the series on a p5.48xlarge\n"
+                 "8 H100, 32 EFA NICs, 64 KiB pages (\"Harnessing 3200Gbps Network\")",
+                 fontsize=10)
+    fig.suptitle(f"libfabric tutorial, chapters {series.number(rows[0]['chapter'])}-"
+                 f"{series.number(rows[-1]['chapter'])} ({meta['date'][:10]})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(out_dir / "plot.png", dpi=110)
+    plt.close(fig)
+    return True
+
+
+# --- main ------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Layout and request flags are tools/run_chapter.py's.")
+    run_chapter.add_run_flags(parser)
+    parser.add_argument("--chapters", nargs="+", default=None, choices=run_chapter.chapters(),
+                        metavar="CHAPTER", help="a subset, in order (default: all)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs per chapter; the median is kept (default 3)")
+    parser.add_argument("--machine", default=None,
+                        help="machine name in the folder name (default: cores and CPU model)")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="output folder (default: results/<machine>-<provider>-<memory>)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show every line the server and client print")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="leave the docs pages' result tables alone (by default they are "
+                             "regenerated when the folder is under results/)")
+    parser.add_argument("--plot-only", type=pathlib.Path, default=None, metavar="DIR",
+                        help="redraw DIR/plot.png from DIR/results.json and exit")
+    args = parser.parse_args()
+
+    if args.plot_only:
+        return 0 if plot(args.plot_only) else 1
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    chapter_list = args.chapters or run_chapter.chapters()
+    slug = args.machine or machine_slug()
+    name = f"{slug}-{args.provider}-{args.memory}"
+    if (args.gpus, args.nics_per_gpu) != DEFAULT_LAYOUT:
+        name += f"-{args.gpus}x{args.nics_per_gpu}"
+    if args.page_size != DEFAULT_PAGE_SIZE:
+        name += f"-page{args.page_size}"
+    out_dir = args.out or ROOT / "results" / name
+    command = "python3 tools/compare.py" + ("" if len(sys.argv) < 2 else
+                                            " " + shlex.join(sys.argv[1:]))
+    print(f"compare: {len(chapter_list)} chapter(s) x {args.runs} run(s) over {args.provider}, "
+          f"{args.memory} memory, {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s); "
+          f"results go to {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}",
+          flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="compare-bin-") as staged:
+        if not args.bin_dir:
+            if not args.no_build:
+                print("compare: building the chapters (bazel build)", flush=True)
+                run_chapter.build(chapter_list)
+            stage_binaries(chapter_list, pathlib.Path(staged))
+            args.bin_dir = pathlib.Path(staged)
+        cpu_before = cpu_snapshot()
+        records, seconds = run_all(args, chapter_list)
+        other_cpu = other_cpu_share(cpu_before, cpu_snapshot(), seconds)
+
+    ok = [r for r in records if r.get("ok")]
+    provider = args.provider if args.provider != "auto" or not ok else ok[0]["provider"]
+    memory = args.memory if args.memory != "auto" or not ok else ok[0]["memory"]
+    meta = {
+        "name": out_dir.name,
+        "machine_slug": slug,
+        "machine": describe_machine(),
+        "libfabric": ok[0]["libfabric"] if ok else "",
+        "libfabric_build": libfabric_build(),
+        "settings": {"provider": provider, "memory": memory, "gpus": args.gpus,
+                     "nics_per_gpu": args.nics_per_gpu, "page_size": args.page_size,
+                     "pages": args.pages, "repeat": args.repeat, "runs": args.runs,
+                     "chapters": chapter_list},
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "seconds": round(seconds, 1),
+        # Other work on the machine skews the numbers: the share of the
+        # machine's CPU time that went to other processes during the runs.
+        "other_cpu": None if other_cpu is None else round(other_cpu, 3),
+        "command": command,
+        "series": {"source": series.SERIES_SOURCE,
+                   "gbps": {c: series.series_gbps(c) for c in series.ORDER}},
+    }
+    rows = summarize(records, chapter_list)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for r in records:  # temporary paths say nothing once the run is over
+        if "command" in r:
+            r["command"] = re.sub(r"/tmp/[^ ]*/", "<tmp>/", r["command"])
+    (out_dir / "results.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "records": records}, indent=1) + "\n")
+    write_csv(out_dir / "results.csv", meta, rows)
+    write_markdown(out_dir / "results.md", meta, rows)
+    drew = plot(out_dir)
+    refreshed = False
+    if not args.no_docs and out_dir.resolve().parent == (ROOT / "results").resolve():
+        # The docs pages' result tables are generated from results/*/: keep
+        # them in step, so that `bazel test //...` (which checks them) passes.
+        refreshed = subprocess.run([sys.executable, str(ROOT / "tools" / "docs_diff.py"),
+                                    "--write"], cwd=ROOT, stdout=subprocess.DEVNULL).returncode == 0
+
+    print()
+    print(f"{out_dir.name}: {layout_text(meta)}, median of {args.runs} run(s), "
+          f"libfabric {meta['libfabric']}")
+    print(markdown_table(rows))
+    print()
+    print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
+          f"{', plot.png' if drew else ''} to {out_dir}")
+    if refreshed:
+        print("compare: refreshed the result tables in docs/ and results/README.md "
+              "(tools/docs_diff.py --write)")
+    if other_cpu is not None and other_cpu > 0.1:
+        print(f"compare: warning: other processes took {100 * other_cpu:.0f}% of the CPU time "
+              f"during the runs; the numbers are skewed (see results.md)", file=sys.stderr)
+    failed = [r["chapter"] for r in rows if r["runs_ok"] == 0]
+    if failed:
+        print(f"compare: no successful run of {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

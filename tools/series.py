@@ -1,0 +1,57 @@
+"""The series' recorded ladder and the chapters' one-line ideas.
+
+Shared by tools/compare.py (tables, plot) and tools/docs_diff.py (docs pages).
+The Gbps numbers are the series' own, recorded on an AWS p5.48xlarge (8 H100
+GPUs, 32 EFA NICs of 100 Gbps) with its default request (64 KiB pages, 1000
+pages, 2000 repeats, 2 buffers per GPU); see /work/shared/DESIGN.md, "The
+ladder". Nothing here was measured by this repository.
+"""
+
+SERIES_SOURCE = ('the blog series "Harnessing 3200Gbps Network" (abcdabcd987), '
+                 "chapters 9-15, recorded on an AWS p5.48xlarge")
+SERIES_SHORT = "series, p5"
+SERIES_LINK_GBPS = 3200.0  # 32 EFA NICs x 100 Gbps
+SERIES_PAGE_SIZE = 65536
+
+# chapter folder -> (idea in a few words, Gbps the series recorded, Mops/s it
+# recorded or None where the series gave no op rate)
+CHAPTERS = {
+    "09_multinet": ("baseline: every NIC, one thread", 287.089, None),
+    "10_warmup": ("one warmup WRITE per NIC before the clock", 293.461, None),
+    "11_multithread": ("one thread per GPU, atomic counters", 355.301, None),
+    "12_pin": ("each thread pinned to a core of its GPU's node", 1237.738, None),
+    "13_shard": ("per-GPU counters, no shared atomics", 1522.567, None),
+    "14_batch": ("post up to 16 WRITEs per visit", 2589.488, None),
+    "15_lazy": ("queue WRITEs, submit them with FI_MORE", 3108.283, 5.93),
+}
+
+ORDER = list(CHAPTERS)
+
+
+def idea(chapter):
+    return CHAPTERS[chapter][0]
+
+
+def series_gbps(chapter):
+    return CHAPTERS[chapter][1]
+
+
+def series_mops(chapter):
+    return CHAPTERS[chapter][2]
+
+
+def series_share(chapter):
+    return CHAPTERS[chapter][1] / SERIES_LINK_GBPS
+
+
+def previous(chapter):
+    i = ORDER.index(chapter)
+    return ORDER[i - 1] if i > 0 else None
+
+
+def number(chapter):
+    return chapter.split("_", 1)[0]
+
+
+def short_name(chapter):
+    return chapter.split("_", 1)[1]
