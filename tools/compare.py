@@ -110,6 +110,17 @@ def libfabric_build():
     return m.group(1) if m else ""
 
 
+def code_version():
+    """The commit the chapters were built from, and whether the code that
+    goes into them had uncommitted changes."""
+    commit = _output(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    if not commit:
+        return "unknown (not a git checkout)"
+    dirty = _output(["git", "-C", str(ROOT), "status", "--porcelain", "--", "chapters", "common",
+                     "third_party", "WORKSPACE", ".bazelrc"])
+    return commit + (" with uncommitted changes to the code" if dirty else "")
+
+
 def machine_slug():
     model = cpu_model().lower()
     model = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", " ", model)
@@ -315,6 +326,7 @@ Recorded by `tools/compare.py`; every number below comes from its runs.
 
 - machine: {machine}
 - libfabric: {lib}
+- code: {meta.get('code', 'unknown')}
 - provider: {s['provider']}; memory: {s['memory']}
 - request: {layout_text(meta)}
 - runs: {s['runs']} per chapter, median kept
@@ -483,9 +495,13 @@ def main():
           f"results go to {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}",
           flush=True)
 
+    code = code_version()  # before the build: what the binaries are built from
     with tempfile.TemporaryDirectory(prefix="compare-bin-") as staged:
         if not args.bin_dir:
             if not args.no_build:
+                if not shutil.which("bazel"):
+                    sys.exit("compare: no bazel here: run `bash tools/setup.sh`, or pass "
+                             "--bin-dir with binaries built elsewhere")
                 print("compare: building the chapters (bazel build)", flush=True)
                 run_chapter.build(chapter_list)
             stage_binaries(chapter_list, pathlib.Path(staged))
@@ -503,6 +519,7 @@ def main():
         "machine": describe_machine(),
         "libfabric": ok[0]["libfabric"] if ok else "",
         "libfabric_build": libfabric_build(),
+        "code": code,
         "settings": {"provider": provider, "memory": memory, "gpus": args.gpus,
                      "nics_per_gpu": args.nics_per_gpu, "page_size": args.page_size,
                      "pages": args.pages, "repeat": args.repeat, "runs": args.runs,

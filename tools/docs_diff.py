@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Regenerates the generated parts of the docs pages from the code and results.
+
+The pages in docs/ (and results/README.md) hold blocks between marker
+comments; this tool writes them, so that no diff and no number is typed by
+hand:
+
+  <!-- diff:begin 10_warmup -->      the chapter's server.cc against the
+  <!-- diff:end -->                  previous chapter's (and client.cc and
+                                     BUILD.bazel where they differ in more
+                                     than the chapter's name)
+  <!-- source:begin chapters/09_multinet/server.cc -->
+  <!-- source:end -->                a whole file
+  <!-- results:begin 10_warmup -->   that chapter's recorded results (every
+  <!-- results:end -->               results/*/results.csv) beside the series'
+  <!-- results:begin all -->         every chapter, every recorded folder
+  <!-- results:end -->
+
+  python3 tools/docs_diff.py --write   # update the pages
+  python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
+
+`bazel test //docs:docs_check_test` runs --check (part of `bazel test //...`).
+"""
+import argparse
+import csv
+import difflib
+import json
+import pathlib
+import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import series  # noqa: E402
+
+BLOCK = re.compile(r"(<!-- (diff|source|results):begin ([^ ]+) -->\n)(.*?)(<!-- \2:end -->)",
+                   re.S)
+
+
+class Repo:
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+
+    def chapters(self):
+        base = self.root / "chapters"
+        return sorted(p.name for p in base.iterdir() if (p / "server.cc").exists())
+
+    def read(self, rel):
+        return (self.root / rel).read_text()
+
+    def previous(self, chapter):
+        order = self.chapters()
+        i = order.index(chapter)
+        return order[i - 1] if i > 0 else None
+
+    def result_sets(self):
+        """Every recorded folder: (name, meta, {chapter: row})."""
+        sets = []
+        for path in sorted((self.root / "results").glob("*/results.csv")):
+            with open(path, newline="") as f:
+                rows = {r["chapter"]: r for r in csv.DictReader(f)}
+            meta = {}
+            js = path.parent / "results.json"
+            if js.exists():
+                meta = json.loads(js.read_text()).get("meta", {})
+            sets.append((path.parent.name, meta, rows))
+        return sets
+
+
+# --- diffs -----------------------------------------------------------------
+
+def unified(repo, a, b):
+    lines = difflib.unified_diff(repo.read(a).splitlines(), repo.read(b).splitlines(),
+                                 fromfile=a, tofile=b, lineterm="", n=3)
+    return "\n".join(lines)
+
+
+def _normalized(text, old, new):
+    """The file with the chapter's name made equal, comments dropped."""
+    text = text.replace(old, new)
+    kept = [ln for ln in text.splitlines() if not re.match(r"\s*(#|//)", ln)]
+    return "\n".join(kept)
+
+
+def render_diff(repo, chapter):
+    prev = repo.previous(chapter)
+    if prev is None:
+        raise ValueError(f"{chapter} is the first chapter: it has no diff (use source:)")
+    out = [f"```diff\n{unified(repo, f'chapters/{prev}/server.cc', f'chapters/{chapter}/server.cc')}"
+           "\n```"]
+    same = []
+    for name in ("client.cc", "BUILD.bazel"):
+        a, b = f"chapters/{prev}/{name}", f"chapters/{chapter}/{name}"
+        if _normalized(repo.read(a), prev, chapter) == _normalized(repo.read(b), prev, chapter):
+            same.append(f"`{name}`")
+        else:
+            out.append(f"```diff\n{unified(repo, a, b)}\n```")
+    if same:
+        out.append(f"{' and '.join(same)} differ from {prev}'s only in the chapter's name"
+                   + (" (the client is common: `common/client.cc`)." if "`client.cc`" in same
+                      else "."))
+    return "\n\n".join(out) + "\n"
+
+
+def render_source(repo, rel):
+    lang = "cpp" if rel.endswith((".cc", ".h")) else ""
+    return f"```{lang}\n{repo.read(rel).rstrip()}\n```\n"
+
+
+# --- results ---------------------------------------------------------------
+
+def _f(row, key):
+    v = row.get(key, "") if row else ""
+    return float(v) if v not in ("", None) else None
+
+
+def _layout(row):
+    kib = int(row["page_size"]) / 1024
+    page = f"{kib:g} KiB" if kib >= 1 else f"{row['page_size']} B"
+    return f"{row['gpus']} x {row['nics_per_gpu']}, {page}"
+
+
+def _change(x):
+    return "" if x is None else f"{100 * x:+.1f}%"
+
+
+def _series_change(chapter):
+    prev = series.previous(chapter)
+    return series.series_gbps(chapter) / series.series_gbps(prev) - 1 if prev else None
+
+
+def _link(prefix, name):
+    return f"[{name}]({prefix}{name}/results.md)"
+
+
+def render_results_chapter(repo, chapter, prefix):
+    lines = ["| recorded on | provider, memory | GPUs x NICs, page | Gbps (median) "
+             "| Mops/s (median) | runs | vs previous chapter |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for name, meta, rows in repo.result_sets():
+        r = rows.get(chapter)
+        if r is None:
+            continue
+        g, m = _f(r, "gbps_median"), _f(r, "mops_median")
+        runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
+        lines.append(f"| {_link(prefix, name)} | {r['provider']}, {r['memory']} | {_layout(r)} | "
+                     f"{'failed' if g is None else f'{g:.3f}'} | "
+                     f"{'' if m is None else f'{m:.4f}'} | {runs} | "
+                     f"{_change(_f(r, 'vs_previous'))} |")
+    if chapter in series.CHAPTERS:
+        mops = series.series_mops(chapter)
+        lines.append(f"| {series.SERIES_SHORT} (the series' own number) | efa, CUDA | 8 x 4, "
+                     f"64 KiB | {series.series_gbps(chapter):.3f} | "
+                     f"{'' if mops is None else f'{mops:.2f}'} | | "
+                     f"{_change(_series_change(chapter))} |")
+    if len(lines) == 2:
+        return "No results recorded yet.\n"
+    return "\n".join(lines) + "\n"
+
+
+def render_results_all(repo, prefix):
+    sets = repo.result_sets()
+    head = "| chapter | " + " | ".join(_link(prefix, n) for n, _, _ in sets) + \
+        " | series, p5 (share of 3200) |"
+    lines = [head, "|---|" + "---:|" * (len(sets) + 1)]
+    layouts = "| GPUs x NICs, page | " + " | ".join(
+        _layout(next(iter(rows.values()))) if rows else "" for _, _, rows in sets) + \
+        " | 8 x 4, 64 KiB |"
+    lines.append(layouts)
+    for chapter in repo.chapters():
+        cells = []
+        for _, _, rows in sets:
+            r = rows.get(chapter)
+            g = _f(r, "gbps_median")
+            cells.append("" if g is None else f"{g:.3f}")
+        p5 = (f"{series.series_gbps(chapter):.3f} ({100 * series.series_share(chapter):.1f}%)"
+              if chapter in series.CHAPTERS else "")
+        lines.append(f"| {chapter} | " + " | ".join(cells) + f" | {p5} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- pages -----------------------------------------------------------------
+
+def pages(repo):
+    found = sorted((repo.root / "docs").glob("*.md"))
+    readme = repo.root / "results" / "README.md"
+    if readme.exists():
+        found.append(readme)
+    return found
+
+
+def regenerate(repo, page):
+    text = page.read_text()
+    prefix = "../results/" if page.parent.name == "docs" else ""
+
+    def block(m):
+        kind, arg = m.group(2), m.group(3)
+        if kind == "diff":
+            body = render_diff(repo, arg)
+        elif kind == "source":
+            body = render_source(repo, arg)
+        elif arg == "all":
+            body = render_results_all(repo, prefix)
+        else:
+            body = render_results_chapter(repo, arg, prefix)
+        return m.group(1) + body + m.group(5)
+
+    return BLOCK.sub(block, text)
+
+
+def missing_pages(repo):
+    """Every chapter needs a page; every page after the first needs its diff."""
+    problems = []
+    chapters = repo.chapters()
+    for i, chapter in enumerate(chapters):
+        page = repo.root / "docs" / f"{chapter}.md"
+        if not page.exists():
+            problems.append(f"docs/{chapter}.md: missing")
+            continue
+        text = page.read_text()
+        want = (f"<!-- diff:begin {chapter} -->" if i > 0
+                else f"<!-- source:begin chapters/{chapter}/server.cc -->")
+        if want not in text:
+            problems.append(f"docs/{chapter}.md: has no {want} block")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the generated blocks")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 if a page differs from what --write would make")
+    parser.add_argument("--root", type=pathlib.Path,
+                        default=pathlib.Path(__file__).resolve().parent.parent,
+                        help="repository root (default: this checkout)")
+    args = parser.parse_args()
+    repo = Repo(args.root)
+
+    stale = []
+    for page in pages(repo):
+        old = page.read_text()
+        new = regenerate(repo, page)
+        rel = page.relative_to(repo.root)
+        if new == old:
+            continue
+        if args.write:
+            page.write_text(new)
+            print(f"docs_diff: updated {rel}")
+        else:
+            stale.append(str(rel))
+            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{rel} (page)",
+                                        f"{rel} (from the code and results)", lineterm="", n=1)
+            print("\n".join(list(diff)[:40]))
+    problems = missing_pages(repo)
+    for p in problems:
+        print(f"docs_diff: {p}")
+    if stale:
+        print("docs_diff: stale page(s): " + ", ".join(stale))
+        print("docs_diff: run `python3 tools/docs_diff.py --write` and commit the pages")
+    if stale or problems:
+        return 1
+    if args.check:
+        print(f"docs_diff: {len(pages(repo))} page(s) match the code and the recorded results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
