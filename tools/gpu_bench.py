@@ -83,11 +83,13 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     mbps = mops = 0.0
     ok = True
+    # One deadline for the whole batch: waiting on each process in turn with
+    # its own timeout once let a hung pair hold the machine for many minutes.
+    deadline = time.monotonic() + args.ceiling_timeout
     for p in clients + servers:
         try:
-            out, _ = p.communicate(timeout=120)
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
             out, ok = "", False
         if p in clients:
             rows = [ROW.match(line) for line in out.splitlines()]
@@ -98,6 +100,10 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
             else:
                 ok = False
                 print(out[-2000:], flush=True)
+    for p in clients + servers:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     return ok, mbps, mops
 
 
@@ -188,6 +194,8 @@ def main():
     p.add_argument("--host-nics", type=int, default=4)
     p.add_argument("--host-sizes", default="65536")
     p.add_argument("--budget", type=float, default=500, help="seconds for everything")
+    p.add_argument("--ceiling-timeout", type=float, default=60,
+                   help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
     args = p.parse_args()
     args.server_devices = [int(x) for x in args.server_devices.split(",")]
