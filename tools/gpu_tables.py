@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Turns a tools/gpu_bench.py run (records.jsonl) into results tables and a plot.
+
+  tools/gpu_tables.py RECORDS.jsonl results/h200x2-shm-cuda --command "..."
+
+Writes results.md (every chapter as Gbps, Mops/s and percent of the
+fi_rma_bw ceiling measured in the same run), results.csv, plot.png, and a
+copy of the raw records. Nothing is typed in: every number comes from the
+records.
+"""
+import argparse
+import csv
+import json
+import pathlib
+import shutil
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import series  # noqa: E402
+
+
+def size_name(size):
+    return f"{size // 1048576} MiB" if size >= 1048576 else f"{size // 1024} KiB"
+
+
+def load(path):
+    records = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+    env = next((r for r in records if r["phase"] == "env"), {})
+    ceilings = {(r["memory"], r["page_size"]): r for r in records if r["phase"] == "ceiling"}
+    runs = [r for r in records if r["phase"] in ("cuda", "host") and r.get("ok") and "gbps" in r]
+    failures = [r for r in records if r["phase"] in ("cuda", "host", "smoke") and not r.get("ok")]
+    return env, ceilings, runs, failures
+
+
+def rows(ceilings, runs):
+    out = []
+    for r in runs:
+        ceiling = ceilings.get((r["memory"], r["page_size"]))
+        share = r["gbps"] / ceiling["gbps"] if ceiling and ceiling.get("ok") else None
+        out.append({
+            "memory": r["memory"], "page_size": r["page_size"], "chapter": r["chapter"],
+            "gpus": r["gpus"], "nics_per_gpu": r["nics_per_gpu"], "gbps": r["gbps"],
+            "mops": r["mops"], "ceiling_gbps": ceiling["gbps"] if ceiling else None,
+            "percent_of_ceiling": 100 * share if share is not None else None,
+            "runs": r["runs"], "all_gbps": r["all_gbps"], "pages": r["pages"],
+            "repeat": r["repeat"], "command": r["command"],
+        })
+    return out
+
+
+def markdown(env, ceilings, table, failures, command, title):
+    gpus = env.get("gpus", [])
+    lines = [f"# {title}", ""]
+    lines += ["Measured with `tools/gpu_bench.py`; tables made by `tools/gpu_tables.py` from the raw",
+              "records beside this file (`records.jsonl`). Medians of the runs listed.", ""]
+    lines += ["| | |", "|---|---|"]
+    lines += [f"| GPUs | {len(gpus)} x {gpus[0].split(', ')[1] if gpus else '?'} |"]
+    if gpus:
+        lines += [f"| driver | {gpus[0].split(', ')[2]} |"]
+    lines += [f"| CUDA | {env.get('cuda', '?').splitlines()[-1]} |"]
+    cpu = dict(l.split(":", 1) for l in env.get("cpu", "").splitlines() if ":" in l)
+    lines += [f"| CPU | {cpu.get('Model name', '?').strip()}, {cpu.get('CPU(s)', '?').strip()} cores, "
+              f"{cpu.get('NUMA node(s)', '?').strip()} NUMA node(s) |"]
+    lines += [f"| memory | {env.get('memory', '?').split(':')[-1].strip()} |"]
+    lines += [f"| kernel | {env.get('kernel', '?')} |"]
+    lines += [f"| libfabric | {env.get('libfabric', '?').splitlines()[-2].split(':')[-1].strip() if env.get('libfabric') else '?'}, built with CUDA (shm, tcp, rxm) |"]
+    lines += ["| provider | shm (two processes on one host) |"]
+    lines += [f"| GPU links | {'NV18 (18 NVLinks) between every pair' if 'NV18' in env.get('topology', '') else 'see records'} |"]
+    lines += [f"| command | `{command}` |", ""]
+    lines += ["The ceiling is fabtests' `fi_rma_bw -o writedata -W 64` with the same provider, memory",
+              "and message size, one pair of processes per endpoint, all pairs at once (their sum).",
+              ""]
+    for memory in ("cuda", "host"):
+        sizes = sorted({r["page_size"] for r in table if r["memory"] == memory})
+        for size in sizes:
+            part = [r for r in table if r["memory"] == memory and r["page_size"] == size]
+            if not part:
+                continue
+            first = part[0]
+            ceiling = ceilings.get((memory, size))
+            where = ("server on GPU(s) " if memory == "cuda" else "host memory, ")
+            lines += [f"## {memory} memory, {size_name(size)} pages, {first['gpus']} group(s) x "
+                      f"{first['nics_per_gpu']} endpoints", ""]
+            lines += [f"Request per run: {first['pages']} pages x 2 buffers x {first['repeat']} repeats "
+                      f"per group. Example server command: `{first['command'].split(' --address-file')[0]} ...`", ""]
+            if ceiling:
+                lines += [f"Ceiling (fi_rma_bw, {ceiling['pairs']} pairs): "
+                          f"**{ceiling['gbps']:.1f} Gbps**, {ceiling['mops']:.3f} Mops/s"
+                          + ("" if ceiling.get("ok") else " (a pair failed: partial sum)"), ""]
+            lines += ["| chapter | Gbps | Mops/s | % of ceiling | runs (Gbps) |", "|---|---:|---:|---:|---|"]
+            for r in sorted(part, key=lambda r: series.ORDER.index(r["chapter"])):
+                pct = f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None else "n/a"
+                runs = ", ".join(f"{g:.1f}" for g in r["all_gbps"])
+                lines += [f"| {r['chapter']} | {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
+            lines += [""]
+    if failures:
+        lines += ["## Failed runs", ""]
+        lines += [f"- {f.get('phase')} {f.get('chapter', '')}: {str(f.get('error', ''))[:200]}" for f in failures]
+        lines += [""]
+    return "\n".join(lines)
+
+
+def plot(table, ceilings, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["memory"], r["page_size"]) for r in table})
+    fig, axes = plt.subplots(1, len(groups) + 1, figsize=(4.2 * (len(groups) + 1), 4.2))
+    for ax, (memory, size) in zip(axes, groups):
+        part = sorted((r for r in table if (r["memory"], r["page_size"]) == (memory, size)),
+                      key=lambda r: series.ORDER.index(r["chapter"]))
+        names = [series.number(r["chapter"]) for r in part]
+        ax.bar(names, [r["gbps"] for r in part], color="#4878d0")
+        ceiling = ceilings.get((memory, size))
+        if ceiling:
+            ax.axhline(ceiling["gbps"], color="#d65f5f", linestyle="--", label="fi_rma_bw")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_title(f"{memory}, {size_name(size)} pages", fontsize=10)
+        ax.set_ylabel("Gbps")
+        ax.set_xlabel("chapter")
+    ax = axes[-1]
+    ax.bar([series.number(c) for c in series.ORDER], [series.series_gbps(c) for c in series.ORDER],
+           color="#999999")
+    ax.set_title(f"{series.SERIES_SHORT} (quoted)", fontsize=10)
+    ax.set_ylabel("Gbps")
+    ax.set_xlabel("chapter")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("records", type=pathlib.Path)
+    p.add_argument("out", type=pathlib.Path)
+    p.add_argument("--command", required=True, help="the gpu_bench command that made the records")
+    p.add_argument("--title", default="GPU machine, shm, CUDA and host memory")
+    args = p.parse_args()
+    env, ceilings, runs, failures = load(args.records)
+    table = rows(ceilings, runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.records.resolve() != (args.out / "records.jsonl").resolve():
+        shutil.copy(args.records, args.out / "records.jsonl")
+    (args.out / "results.md").write_text(markdown(env, ceilings, table, failures, args.command, args.title) + "\n")
+    with open(args.out / "results.csv", "w", newline="") as f:
+        fields = ["memory", "page_size", "chapter", "gpus", "nics_per_gpu", "gbps", "mops",
+                  "ceiling_gbps", "percent_of_ceiling", "runs"]
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(table)
+    plot(table, ceilings, args.out / "plot.png")
+    print(f"gpu_tables: {len(table)} rows into {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
