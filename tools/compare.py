@@ -503,7 +503,10 @@ def main():
                     sys.exit("compare: no bazel here: run `bash tools/setup.sh`, or pass "
                              "--bin-dir with binaries built elsewhere")
                 print("compare: building the chapters (bazel build)", flush=True)
-                run_chapter.build(chapter_list)
+                try:
+                    run_chapter.build(chapter_list)
+                except subprocess.CalledProcessError:
+                    sys.exit("compare: the build failed (see above)")
             stage_binaries(chapter_list, pathlib.Path(staged))
             args.bin_dir = pathlib.Path(staged)
         cpu_before = cpu_snapshot()

@@ -53,16 +53,42 @@ class Repo:
         return order[i - 1] if i > 0 else None
 
     def result_sets(self):
-        """Every recorded folder: (name, meta, {chapter: row})."""
+        """Every recording: one per folder written by tools/compare.py, one per
+        (memory, page size, layout) found in a folder whose results.csv has
+        one row per chapter and configuration (as tools/gpu_tables.py writes
+        them). Each is a dict: folder, rows ({chapter: row}), with the
+        rows in compare.py's columns."""
         sets = []
         for path in sorted((self.root / "results").glob("*/results.csv")):
+            folder = path.parent.name
             with open(path, newline="") as f:
-                rows = {r["chapter"]: r for r in csv.DictReader(f)}
-            meta = {}
-            js = path.parent / "results.json"
-            if js.exists():
-                meta = json.loads(js.read_text()).get("meta", {})
-            sets.append((path.parent.name, meta, rows))
+                rows = list(csv.DictReader(f))
+            if not rows:
+                continue
+            if "gbps_median" in rows[0]:  # tools/compare.py
+                sets.append({"folder": folder, "rows": {r["chapter"]: r for r in rows}})
+                continue
+            if not {"chapter", "gbps"} <= set(rows[0]):
+                continue  # a table of some other kind: not shown
+            provider = next((t for t in folder.split("-") if t in ("shm", "tcp", "efa")), "")
+            groups = {}
+            for r in rows:
+                key = (r.get("memory", ""), r.get("page_size", ""), r.get("gpus", ""),
+                       r.get("nics_per_gpu", ""))
+                groups.setdefault(key, []).append(r)
+            for (memory, page, gpus, nics), group in groups.items():
+                out = {}
+                prev = None
+                for r in sorted(group, key=lambda r: r["chapter"]):
+                    g = _f(r, "gbps")
+                    out[r["chapter"]] = {
+                        "chapter": r["chapter"], "provider": provider, "memory": memory,
+                        "gpus": gpus, "nics_per_gpu": nics, "page_size": page,
+                        "gbps_median": r.get("gbps", ""), "mops_median": r.get("mops", ""),
+                        "runs": r.get("runs", ""), "runs_ok": r.get("runs", ""),
+                        "vs_previous": "" if g is None or not prev else g / prev - 1}
+                    prev = g
+                sets.append({"folder": folder, "rows": out})
         return sets
 
 
@@ -114,8 +140,9 @@ def _f(row, key):
 
 
 def _layout(row):
-    kib = int(row["page_size"]) / 1024
-    page = f"{kib:g} KiB" if kib >= 1 else f"{row['page_size']} B"
+    size = int(row["page_size"])
+    page = (f"{size / 2**20:g} MiB" if size >= 2**20 else
+            f"{size / 1024:g} KiB" if size >= 1024 else f"{size} B")
     return f"{row['gpus']} x {row['nics_per_gpu']}, {page}"
 
 
@@ -128,21 +155,22 @@ def _series_change(chapter):
     return series.series_gbps(chapter) / series.series_gbps(prev) - 1 if prev else None
 
 
-def _link(prefix, name):
-    return f"[{name}]({prefix}{name}/results.md)"
+def _link(prefix, folder):
+    return f"[{folder}]({prefix}{folder}/results.md)"
 
 
 def render_results_chapter(repo, chapter, prefix):
     lines = ["| recorded on | provider, memory | GPUs x NICs, page | Gbps (median) "
              "| Mops/s (median) | runs | vs previous chapter |",
              "|---|---|---|---:|---:|---:|---:|"]
-    for name, meta, rows in repo.result_sets():
-        r = rows.get(chapter)
+    for rec in repo.result_sets():
+        r = rec["rows"].get(chapter)
         if r is None:
             continue
         g, m = _f(r, "gbps_median"), _f(r, "mops_median")
         runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
-        lines.append(f"| {_link(prefix, name)} | {r['provider']}, {r['memory']} | {_layout(r)} | "
+        lines.append(f"| {_link(prefix, rec['folder'])} | "
+                     f"{r['provider'] or '?'}, {r['memory']} | {_layout(r)} | "
                      f"{'failed' if g is None else f'{g:.3f}'} | "
                      f"{'' if m is None else f'{m:.4f}'} | {runs} | "
                      f"{_change(_f(r, 'vs_previous'))} |")
@@ -158,23 +186,24 @@ def render_results_chapter(repo, chapter, prefix):
 
 
 def render_results_all(repo, prefix):
-    sets = repo.result_sets()
-    head = "| chapter | " + " | ".join(_link(prefix, n) for n, _, _ in sets) + \
-        " | series, p5 (share of 3200) |"
-    lines = [head, "|---|" + "---:|" * (len(sets) + 1)]
-    layouts = "| GPUs x NICs, page | " + " | ".join(
-        _layout(next(iter(rows.values()))) if rows else "" for _, _, rows in sets) + \
-        " | 8 x 4, 64 KiB |"
-    lines.append(layouts)
-    for chapter in repo.chapters():
+    """One row per recording, one column per chapter: median Gbps."""
+    chapters = repo.chapters()
+    lines = ["| recorded on | provider, memory | GPUs x NICs, page | "
+             + " | ".join(chapters) + " |",
+             "|---|---|---|" + "---:|" * len(chapters)]
+    for rec in repo.result_sets():
+        first = next(iter(rec["rows"].values()))
         cells = []
-        for _, _, rows in sets:
-            r = rows.get(chapter)
-            g = _f(r, "gbps_median")
+        for chapter in chapters:
+            g = _f(rec["rows"].get(chapter), "gbps_median")
             cells.append("" if g is None else f"{g:.3f}")
-        p5 = (f"{series.series_gbps(chapter):.3f} ({100 * series.series_share(chapter):.1f}%)"
-              if chapter in series.CHAPTERS else "")
-        lines.append(f"| {chapter} | " + " | ".join(cells) + f" | {p5} |")
+        lines.append(f"| {_link(prefix, rec['folder'])} | "
+                     f"{first['provider'] or '?'}, {first['memory']} | {_layout(first)} | "
+                     + " | ".join(cells) + " |")
+    cells = [f"{series.series_gbps(c):.3f} ({100 * series.series_share(c):.1f}%)"
+             if c in series.CHAPTERS else "" for c in chapters]
+    lines.append(f"| {series.SERIES_SHORT} (the series' own numbers, share of 3200 Gbps) | "
+                 "efa, CUDA | 8 x 4, 64 KiB | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
