@@ -14,7 +14,7 @@ writes into results/<machine>-<provider>-<memory>/:
   python3 tools/compare.py --provider tcp
   python3 tools/compare.py --provider shm --gpus 2 --nics-per-gpu 2
   python3 tools/compare.py --chapters 13_shard 14_batch --runs 5
-  python3 tools/compare.py --plot-only results/2core-amd-epyc-shm-host
+  python3 tools/compare.py --redraw results/2core-amd-epyc-shm-host
 
 <machine> is --machine, or a slug of the core count and CPU model
 ("2core-amd-epyc"). A layout other than 1 GPU x 2 NICs adds "-<G>x<K>" to the
@@ -452,6 +452,20 @@ def plot(out_dir):
     return True
 
 
+def redraw(out_dir):
+    """Tables and plot again from the raw records (after a change to the
+    tables' format or to the chapters' one-line ideas); no number is re-measured."""
+    path = out_dir / "results.json"
+    data = json.loads(path.read_text())
+    meta, records = data["meta"], data["records"]
+    rows = summarize(records, meta["settings"]["chapters"])
+    data["rows"] = rows
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_csv(out_dir / "results.csv", meta, rows)
+    write_markdown(out_dir / "results.md", meta, rows)
+    return 0 if plot(out_dir) else 1
+
+
 # --- main ------------------------------------------------------------------
 
 def main():
@@ -472,12 +486,17 @@ def main():
     parser.add_argument("--no-docs", action="store_true",
                         help="leave the docs pages' result tables alone (by default they are "
                              "regenerated when the folder is under results/)")
+    parser.add_argument("--redraw", type=pathlib.Path, default=None, metavar="DIR",
+                        help="rewrite DIR's results.md, results.csv and plot.png from the runs "
+                             "recorded in DIR/results.json, and exit")
     parser.add_argument("--plot-only", type=pathlib.Path, default=None, metavar="DIR",
                         help="redraw DIR/plot.png from DIR/results.json and exit")
     args = parser.parse_args()
 
     if args.plot_only:
         return 0 if plot(args.plot_only) else 1
+    if args.redraw:
+        return redraw(args.redraw)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     chapter_list = args.chapters or run_chapter.chapters()

@@ -17,7 +17,7 @@ SERIES_PAGE_SIZE = 65536
 # recorded or None where the series gave no op rate)
 CHAPTERS = {
     "09_multinet": ("baseline: every NIC, one thread", 287.089, None),
-    "10_warmup": ("one warmup WRITE per NIC before the clock", 293.461, None),
+    "10_warmup": ("warmup WRITEs on every NIC before the clock", 293.461, None),
     "11_multithread": ("one thread per GPU, atomic counters", 355.301, None),
     "12_pin": ("each thread pinned to a core of its GPU's node", 1237.738, None),
     "13_shard": ("per-GPU counters, no shared atomics", 1522.567, None),
