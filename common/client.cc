@@ -20,6 +20,9 @@
 namespace tutorial {
 namespace {
 
+// A provider call that has not returned after this long never will.
+constexpr double kStuckSeconds = 10.0;
+
 class RandomFillClient {
  public:
   RandomFillClient(const ClientOptions& options, const std::string& chapter, Node& node)
@@ -31,6 +34,15 @@ class RandomFillClient {
         send_region_(nic0_.Register(send_buffer_)),
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
         reply_region_(nic0_.Register(reply_buffer_)) {}
+
+  // The client is the node's last user: its endpoints close before any
+  // registration or buffer goes away, so a server still writing (or a
+  // late REJECT) cannot land in freed memory.
+  ~RandomFillClient() {
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
+    }
+  }
 
   int Run() {
     std::vector<uint8_t> server_address = FromHex(options_.server);
@@ -118,11 +130,14 @@ class RandomFillClient {
     if (!error.empty()) throw RuntimeError(error);
     if (notices_ >= expected) return;
     if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
+    // A server that died or lost us sends nothing more; RDM endpoints give
+    // no sign of it, so the deadline is what tells.
     char waited[32];
     std::snprintf(waited, sizeof(waited), "%g", options_.timeout);
     throw RuntimeError(std::string("timed out after ") + waited +
                        " s waiting for the server's writes (" + std::to_string(notices_.load()) +
-                       " of " + std::to_string(expected) + " NICs reported)");
+                       " of " + std::to_string(expected) +
+                       " NICs reported); is the server still running?");
   }
 
   void ListenForReject() {
@@ -175,17 +190,13 @@ class RandomFillClient {
     send_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
     std::string error;
-    try {
-      nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
-                     [&](Network&, RdmaOp& op) {
-                       done = true;
-                       if (!op.ok()) error = op.error_message;
-                     });
-    } catch (const RuntimeError& e) {
-      // The provider refuses the address outright: it is not one of its own.
-      throw UsageError(std::string("--server: not a usable ") + node_.fabric().provider +
-                       " address (" + e.what() + ")");
-    }
+    // A send the provider refuses outright comes back as a failed
+    // completion at the next poll.
+    nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
+                   [&](Network&, RdmaOp& op) {
+                     done = true;
+                     if (!op.ok()) error = op.error_message;
+                   });
     auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
     while (!done) {
       PollAll();
@@ -193,25 +204,33 @@ class RandomFillClient {
       if (Clock::now() > deadline) break;
     }
     if (!done || !error.empty()) {
+      // The send's callback points into this frame: nothing may call it
+      // once we throw.
+      DrainOrAbandon();
+      if (!done && StopRequested()) {
+        throw RuntimeError(std::string("interrupted while sending ") + what);
+      }
       char waited[64];
       std::snprintf(waited, sizeof(waited), "no answer within %g s", options_.connect_timeout);
       std::string why = !done ? waited : error;
-      // Leave the send's context alive: the provider may still complete it.
-      DrainOrAbandon();
       throw RuntimeError(std::string("cannot reach the server with ") + what + ": " + why +
                          " (is it running, with the same --provider?)");
     }
   }
 
+  // Gives queued sends up and waits a moment for those in flight; whatever
+  // the provider still holds is detached.
   void DrainOrAbandon() {
+    nic0_.CancelQueuedTransmits();
     auto deadline = Clock::now() + std::chrono::seconds(1);
     while (nic0_.outstanding_transmits() > 0 && Clock::now() < deadline) {
       try {
-        PollAll();
+        nic0_.PollCompletion();
       } catch (const std::exception&) {
         break;
       }
     }
+    nic0_.DetachTransmits();
   }
 
   int Verify(const RandomFillRequest& request, double seconds) {
@@ -288,6 +307,12 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;
+    // Bounds what no loop of ours can: a thread stuck inside the provider.
+    std::vector<Network*> nets;
+    for (size_t g = 0; g < node.num_gpus(); ++g) {
+      for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
+    }
+    ProviderWatchdog watchdog(program, nets, kStuckSeconds);
     RandomFillClient client(options, chapter, node);
     return client.Run();
   });

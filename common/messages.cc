@@ -167,8 +167,8 @@ ConnectMessage DecodeConnect(const uint8_t* data, size_t length) {
   }
   size_t regions = nics * m.buffers_per_gpu;
   if (r.remaining() != regions * 24) {
-    throw ProtocolError("CONNECT: " + std::to_string(r.remaining()) + " bytes of regions, expected " +
-                        std::to_string(regions * 24));
+    throw ProtocolError("CONNECT: " + std::to_string(r.remaining()) +
+                        " bytes of regions, expected " + std::to_string(regions * 24));
   }
   m.regions.resize(regions);
   for (auto& region : m.regions) {
@@ -188,8 +188,9 @@ RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
   m.page_size = r.U64();
   uint64_t num_pages = r.U64();
   if (num_pages == 0 || num_pages != r.remaining() / 4 || r.remaining() % 4 != 0) {
-    throw ProtocolError("RANDOM_FILL: announces " + std::to_string(num_pages) + " pages but carries " +
-                        std::to_string(r.remaining()) + " bytes of indices");
+    throw ProtocolError("RANDOM_FILL: announces " + std::to_string(num_pages) +
+                        " pages but carries " + std::to_string(r.remaining()) +
+                        " bytes of indices");
   }
   m.page_indices.resize(num_pages);
   for (auto& index : m.page_indices) index = r.U32();
@@ -218,6 +219,13 @@ void CheckConnectFitsServer(const ConnectMessage& c, const ServerLayout& s) {
                         " x " + std::to_string(s.buffers_per_gpu) +
                         " (start the client with the server's --gpus and --nics-per-gpu)");
   }
+  // DecodeConnect guarantees these; a message built any other way must not
+  // make ConnectMessage::region() index past its vectors.
+  if (c.nic_addresses.size() != c.num_nics() ||
+      c.regions.size() != c.num_nics() * c.buffers_per_gpu) {
+    throw ProtocolError("CONNECT: " + std::to_string(c.nic_addresses.size()) + " addresses and " +
+                        std::to_string(c.regions.size()) + " regions do not match the layout");
+  }
   for (size_t i = 0; i < c.regions.size(); ++i) {
     const RemoteRegion& region = c.regions[i];
     if (region.size == 0 || region.addr > std::numeric_limits<uint64_t>::max() - region.size) {
@@ -237,21 +245,27 @@ void CheckRequestFits(const RandomFillRequest& q, const ConnectMessage& c, const
                         std::to_string(q.page_size) + " bytes exceed the server's buffer of " +
                         std::to_string(s.buffer_size) + " bytes");
   }
-  // Every page must land inside the smallest region it could target.
+  // Every page must land inside the smallest region it could target: slot
+  // j covers [addr + j * page_size, addr + (j + 1) * page_size), which lies
+  // inside [addr, addr + size) for j < size / page_size, and addr + size
+  // does not wrap (CheckConnectFitsServer). Both products stay below size.
   uint64_t smallest = std::numeric_limits<uint64_t>::max();
   for (const auto& region : c.regions) smallest = std::min(smallest, region.size);
   uint64_t slots = smallest / q.page_size;
-  std::vector<bool> used(slots, false);
   for (uint64_t j = 0; j < pages; ++j) {
     uint32_t slot = q.page_indices[j];
     if (slot >= slots) {
       throw ProtocolError("RANDOM_FILL: page index " + std::to_string(slot) +
                           " outside the client's " + std::to_string(slots) + " slots");
     }
-    if (used[slot]) {
-      throw ProtocolError("RANDOM_FILL: page index " + std::to_string(slot) + " repeats");
-    }
-    used[slot] = true;
+  }
+  // Sorting a copy finds repeats in O(n log n) whatever the regions claim
+  // (a bitmap of `slots` entries could be exabytes).
+  std::vector<uint32_t> sorted = q.page_indices;
+  std::sort(sorted.begin(), sorted.end());
+  auto repeat = std::adjacent_find(sorted.begin(), sorted.end());
+  if (repeat != sorted.end()) {
+    throw ProtocolError("RANDOM_FILL: page index " + std::to_string(*repeat) + " repeats");
   }
 }
 
@@ -276,7 +290,8 @@ std::vector<uint8_t> FromHex(const std::string& hex) {
   if (hex.empty()) throw UsageError("server address is empty");
   if (hex.size() % 2 != 0) throw UsageError("server address has an odd number of hex digits");
   if (hex.size() / 2 > kMaxAddressLength) {
-    throw UsageError("server address is longer than " + std::to_string(kMaxAddressLength) + " bytes");
+    throw UsageError("server address is longer than " + std::to_string(kMaxAddressLength) +
+                     " bytes");
   }
   std::vector<uint8_t> bytes(hex.size() / 2);
   for (size_t i = 0; i < bytes.size(); ++i) {

@@ -89,12 +89,16 @@ struct ServerLayout {
 };
 
 // Checks a decoded CONNECT against the server's layout (counts must match,
-// regions must not wrap around). Throws ProtocolError.
+// as must the numbers of addresses and regions; regions must be non-empty
+// and not wrap around). Throws ProtocolError.
 void CheckConnectFitsServer(const ConnectMessage& connect, const ServerLayout& server);
 
-// Checks a request against the server and the client's regions: page size
-// and count, the server's buffers hold the pages, every index is a distinct
-// slot and every page lands inside the region it targets. Throws ProtocolError.
+// Checks a request against the server and the client's regions (call it
+// after CheckConnectFitsServer): page size and count, the server's buffers
+// hold the pages, every index is a distinct slot and every page lands
+// inside every region it may target: for any region r and index i,
+// [r.addr + i * page_size, r.addr + (i + 1) * page_size) lies within
+// [r.addr, r.addr + r.size) without overflow. Throws ProtocolError.
 void CheckRequestFits(const RandomFillRequest& request, const ConnectMessage& connect,
                       const ServerLayout& server);
 

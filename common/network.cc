@@ -1,9 +1,17 @@
 #include "common/network.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -29,8 +37,7 @@ FiInfoPtr MakeHints(const FabricChoice& choice) {
   // We supply per-operation scratch space, so providers that need it
   // (efa-direct wants FI_CONTEXT2) are welcome.
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   if (choice.memory == MemoryKind::kCuda) {
     hints->caps |= FI_HMEM;
     hints->domain_attr->mr_mode |= FI_MR_HMEM;
@@ -90,7 +97,8 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice) {
     std::string domains;
     for (fi_info* info = list; info != nullptr; info = info->next) {
       std::string domain = info->domain_attr->name ? info->domain_attr->name : "";
-      if (domains.find(domain) == std::string::npos) domains += (domains.empty() ? "" : ", ") + domain;
+      if (domains.find(domain) == std::string::npos)
+        domains += (domains.empty() ? "" : ", ") + domain;
     }
     throw UsageError("provider '" + choice.provider + "' has no domain '" + choice.domain +
                      "' (it has: " + domains + ")");
@@ -111,6 +119,10 @@ Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
   CheckFabric(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
   domain_.reset(domain);
 
+  OpenEndpoint(nullptr);
+}
+
+void Network::OpenEndpoint(const std::vector<uint8_t>* name) {
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_DATA;
   cq_attr.wait_obj = FI_WAIT_NONE;  // we busy-poll: the tutorial is about speed
@@ -127,6 +139,12 @@ Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
   fid_ep* ep = nullptr;
   CheckFabric(fi_endpoint(domain_.get(), info_.get(), &ep, nullptr), "fi_endpoint");
   ep_.reset(ep);
+  if (name != nullptr) {
+    // Before fi_enable: shm names its shared-memory file after it, tcp binds
+    // its listening socket to it.
+    CheckFabric(fi_setname(&ep_->fid, const_cast<uint8_t*>(name->data()), name->size()),
+                "fi_setname");
+  }
   CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind(av)");
   CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
   CheckFabric(fi_enable(ep_.get()), "fi_enable");
@@ -139,13 +157,54 @@ Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
 }
 
 Network::~Network() {
-  // Close in reverse order of opening: endpoint before AV and CQ, those
-  // before the domain, the domain before the fabric.
-  ep_.reset();
-  av_.reset();
-  cq_.reset();
+  // Close in reverse order of opening: the endpoint first (no more traffic),
+  // then its completion queue and address vector, the domain, the fabric.
+  // Registrations (owned elsewhere) are closed before this runs.
+  CloseEndpoint();
   domain_.reset();
   fabric_.reset();
+}
+
+void Network::CloseEndpoint() {
+  ep_.reset();
+  cq_.reset();
+  av_.reset();
+  // The provider holds no context of ours any more.
+  free_ops_.clear();
+  for (auto& chunk : op_chunks_) {
+    for (size_t i = 0; i < kOpChunk; ++i) {
+      RdmaOp& op = chunk[i];
+      op.callback = nullptr;
+      op.error_message.clear();
+      op.state = OpState::kFree;
+      free_ops_.push_back(&op);
+    }
+  }
+  pending_.clear();
+  failed_.clear();
+  outstanding_ = 0;
+  outstanding_recvs_ = 0;
+  detached_ = 0;
+}
+
+void Network::ResetEndpoint(bool keep_address) {
+  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    throw RuntimeError(name_ +
+                       ": cannot reset the endpoint: the provider binds memory registrations "
+                       "to it (FI_MR_ENDPOINT)");
+  }
+  std::vector<uint8_t> old_address = address_;
+  CloseEndpoint();
+  try {
+    OpenEndpoint(keep_address ? &old_address : nullptr);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(name_ + ": cannot reopen the endpoint" +
+                       (keep_address ? " with its old address" : "") + ": " + e.what());
+  }
+  if (keep_address && address_ != old_address) {
+    throw RuntimeError(name_ + ": the reopened endpoint did not keep its address");
+  }
+  av_damaged_ = false;
 }
 
 double Network::link_gbps() const {
@@ -163,8 +222,9 @@ MemoryRegion Network::Register(const Buffer& buffer) {
   uint64_t flags = 0;
   bool dmabuf = false;
   if (buffer.kind() == MemoryKind::kCuda) {
-    if (!hmem_) throw UsageError("provider '" + std::string(info_->fabric_attr->prov_name) +
-                                 "' was opened without FI_HMEM; cannot register CUDA memory");
+    if (!hmem_)
+      throw UsageError("provider '" + std::string(info_->fabric_attr->prov_name) +
+                       "' was opened without FI_HMEM; cannot register CUDA memory");
     attr.iface = FI_HMEM_CUDA;
     attr.device.cuda = buffer.cuda_device();
     // shm takes its GPU-to-GPU (CUDA IPC) path only for device-only memory;
@@ -205,10 +265,100 @@ MemoryRegion Network::Register(const Buffer& buffer) {
   return MemoryRegion(std::move(owned), remote_addr, buffer.size(), dmabuf);
 }
 
+namespace {
+
+// shm maps the peer's file when the address is inserted. When it cannot
+// (no such endpoint), 1.17 still takes the insert, and if the AV slot held
+// a peer before, fi_av_remove left that peer's id behind: the first write
+// then dereferences the missing mapping and the process dies (SIGSEGV).
+// So the endpoint must exist, and its process live, right before insert.
+void CheckShmPeerExists(const std::vector<uint8_t>& address) {
+  static const std::string kPrefix = "fi_shm://";
+  std::string name(reinterpret_cast<const char*>(address.data()));
+  std::string file =
+      name.compare(0, kPrefix.size(), kPrefix) == 0 ? name.substr(kPrefix.size()) : name;
+  if (file.empty() || file.find('/') != std::string::npos) {
+    throw RuntimeError("'" + name + "' is no shm endpoint name");
+  }
+  struct stat st {};
+  if (stat(("/dev/shm/" + file).c_str(), &st) != 0 || st.st_size == 0) {
+    throw RuntimeError("no shm endpoint '" + name + "' on this host");
+  }
+  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
+  char* end = nullptr;
+  long pid = std::strtol(file.c_str(), &end, 10);
+  if (end != file.c_str() && *end == ':' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 &&
+      errno == ESRCH) {
+    throw RuntimeError("the process of shm endpoint '" + name + "' is gone");
+  }
+}
+
+}  // namespace
+
+void Network::CheckPeerAddress(const std::vector<uint8_t>& address) const {
+  const std::string what = "address of " + std::to_string(address.size()) + " bytes";
+  if (address.empty()) throw RuntimeError("empty address");
+  switch (info_->addr_format) {
+    case FI_ADDR_STR: {
+      // shm reads the name up to its NUL, whatever length we pass.
+      if (address.size() < 2 || address.back() != 0) {
+        throw RuntimeError(what + " is not a NUL-terminated name, as " +
+                           info_->fabric_attr->prov_name + " addresses are");
+      }
+      for (size_t i = 0; i + 1 < address.size(); ++i) {
+        if (address[i] < 0x20 || address[i] > 0x7e) {
+          throw RuntimeError(what + " has a non-printable byte at offset " + std::to_string(i));
+        }
+      }
+      if (std::string(info_->fabric_attr->prov_name) == "shm") CheckShmPeerExists(address);
+      return;
+    }
+    case FI_SOCKADDR:
+    case FI_SOCKADDR_IN:
+    case FI_SOCKADDR_IN6: {
+      // The AV takes the length from the address family, and one address
+      // of another length poisons it for every later insert.
+      if (address.size() != address_.size()) {
+        throw RuntimeError(what + " is not a socket address like ours (" +
+                           std::to_string(address_.size()) + " bytes)");
+      }
+      sockaddr_storage theirs{}, ours{};
+      std::memcpy(&theirs, address.data(), std::min(address.size(), sizeof(theirs)));
+      std::memcpy(&ours, address_.data(), std::min(address_.size(), sizeof(ours)));
+      if (theirs.ss_family != ours.ss_family) {
+        throw RuntimeError(what + " has address family " + std::to_string(theirs.ss_family) +
+                           ", ours is " + std::to_string(ours.ss_family));
+      }
+      if (theirs.ss_family == AF_INET) {
+        const auto& in = reinterpret_cast<const sockaddr_in&>(theirs);
+        static const uint8_t kZero[sizeof(in.sin_zero)] = {};
+        if (in.sin_port == 0 || in.sin_addr.s_addr == htonl(INADDR_ANY) ||
+            std::memcmp(in.sin_zero, kZero, sizeof(kZero)) != 0) {
+          throw RuntimeError(what + " is no IPv4 destination (port 0, any-address or padding)");
+        }
+      } else if (theirs.ss_family == AF_INET6) {
+        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(theirs);
+        if (in6.sin6_port == 0 || IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr)) {
+          throw RuntimeError(what + " is no IPv6 destination (port 0 or any-address)");
+        }
+      }
+      return;
+    }
+    default:
+      // EFA and others: fixed-size binary addresses, as long as ours.
+      if (address.size() != address_.size()) {
+        throw RuntimeError(what + " does not have the provider's address length (" +
+                           std::to_string(address_.size()) + " bytes)");
+      }
+  }
+}
+
 fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
+  CheckPeerAddress(address);
   fi_addr_t peer = FI_ADDR_UNSPEC;
   int inserted = fi_av_insert(av_.get(), address.data(), 1, &peer, 0, nullptr);
-  if (inserted != 1 || peer == FI_ADDR_UNSPEC) {
+  if (inserted != 1 || peer == FI_ADDR_UNSPEC || peer == FI_ADDR_NOTAVAIL) {
+    av_damaged_ = true;
     throw RuntimeError("address of " + std::to_string(address.size()) +
                        " bytes rejected by the address vector of " + name_ +
                        (inserted < 0 ? std::string(": ") + fi_strerror(-inserted) : ""));
@@ -226,6 +376,7 @@ RdmaOp* Network::NewOp(OpType type, OpCallback&& callback) {
   RdmaOp* op = free_ops_.back();
   free_ops_.pop_back();
   op->type = type;
+  op->state = OpState::kQueued;
   op->error = 0;
   op->received = 0;
   op->user = 0;
@@ -238,6 +389,7 @@ RdmaOp* Network::NewOp(OpType type, OpCallback&& callback) {
 void Network::FreeOp(RdmaOp* op) {
   op->callback = nullptr;
   if (!op->error_message.empty()) op->error_message.clear();
+  op->state = OpState::kFree;
   free_ops_.push_back(op);
   --outstanding_;
   if (op->type == OpType::kRecv) --outstanding_recvs_;
@@ -266,17 +418,36 @@ bool Network::Submit(RdmaOp* op, bool more) {
       msg.rma_iov_count = 1;
       msg.context = &op->context;
       msg.data = w.cq_data;
-      uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) |
-                       (more ? FI_MORE : 0);
+      uint64_t flags =
+          FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | (more ? FI_MORE : 0);
       ret = fi_writemsg(ep_.get(), &msg, flags);
       break;
     }
   }
   if (ret == -FI_EAGAIN) return false;
-  CheckFabric(ret, op->type == OpType::kWrite  ? "fi_writemsg"
-                   : op->type == OpType::kSend ? "fi_send"
-                                               : "fi_recv");
+  if (ret < 0) {
+    // The caller hears of it as an error completion, at the next poll.
+    op->error = static_cast<int>(-ret);
+    op->error_message = std::string(op->type == OpType::kWrite  ? "fi_writemsg"
+                                    : op->type == OpType::kSend ? "fi_send"
+                                                                : "fi_recv") +
+                        ": " + fi_strerror(op->error);
+    op->state = OpState::kFailed;
+    failed_.push_back(op);
+    return true;
+  }
+  op->state = OpState::kPosted;
   return true;
+}
+
+void Network::Post(RdmaOp* op) {
+  // Keep order: while older operations wait, a new one waits behind them.
+  if (!pending_.empty()) {
+    pending_.push_back(op);
+    return;
+  }
+  ProviderCall call(*this);
+  if (!Submit(op, false)) pending_.push_back(op);
 }
 
 void Network::SubmitPending() {
@@ -292,7 +463,7 @@ void Network::PostRecv(void* buf, size_t length, void* desc, OpCallback callback
   op->buf = buf;
   op->length = length;
   op->desc = desc;
-  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+  Post(op);
 }
 
 void Network::PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc,
@@ -302,14 +473,13 @@ void Network::PostSend(fi_addr_t peer, const void* buf, size_t length, void* des
   op->length = length;
   op->desc = desc;
   op->peer = peer;
-  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+  Post(op);
 }
 
 void Network::PostWrite(const RdmaWrite& write, OpCallback callback) {
   RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
   op->write = write;
-  // Keep order: while older writes wait, a new one waits behind them.
-  if (!pending_.empty() || !Submit(op, false)) pending_.push_back(op);
+  Post(op);
 }
 
 void Network::QueueWrite(const RdmaWrite& write, OpCallback callback) {
@@ -318,7 +488,70 @@ void Network::QueueWrite(const RdmaWrite& write, OpCallback callback) {
   pending_.push_back(op);
 }
 
+void Network::CancelQueuedTransmits() {
+  std::deque<RdmaOp*> receives;
+  for (RdmaOp* op : pending_) {
+    if (op->type == OpType::kRecv) {
+      receives.push_back(op);
+      continue;
+    }
+    op->error = FI_ECANCELED;
+    op->error_message = fi_strerror(FI_ECANCELED);
+    op->state = OpState::kFailed;
+    failed_.push_back(op);
+  }
+  pending_.swap(receives);
+}
+
+size_t Network::DetachTransmits() {
+  auto forget_transmits = [this](std::deque<RdmaOp*>& queue) {
+    std::deque<RdmaOp*> receives;
+    for (RdmaOp* op : queue) {
+      if (op->type == OpType::kRecv) {
+        receives.push_back(op);
+      } else {
+        FreeOp(op);
+      }
+    }
+    queue.swap(receives);
+  };
+  forget_transmits(pending_);
+  forget_transmits(failed_);
+  for (auto& chunk : op_chunks_) {
+    for (size_t i = 0; i < kOpChunk; ++i) {
+      RdmaOp& op = chunk[i];
+      if (op.state != OpState::kPosted || op.type == OpType::kRecv) continue;
+      op.callback = nullptr;
+      op.state = OpState::kDetached;
+      --outstanding_;
+      ++detached_;
+    }
+  }
+  return detached_;
+}
+
+void Network::ReportFailed() {
+  // Only those failed so far: a callback that posts again and fails again
+  // is reported at the next poll, not in an endless loop here.
+  std::deque<RdmaOp*> failed;
+  failed.swap(failed_);
+  for (RdmaOp* op : failed) {
+    CountTransmit(*op);
+    if (op->callback) op->callback(*this, *op);
+    FreeOp(op);
+  }
+}
+
 void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
+  if (op->state == OpState::kDetached) {
+    // Nobody waits for it any more; the context may be reused now.
+    op->state = OpState::kFree;
+    op->error_message.clear();
+    free_ops_.push_back(op);
+    --detached_;
+    return;
+  }
+  CountTransmit(*op);
   if (op->type == OpType::kRecv) op->received = entry.len;
   // Callbacks may post new operations; the op goes back to the pool after.
   if (op->callback) op->callback(*this, *op);
@@ -332,24 +565,44 @@ void Network::HandleErrorCompletion() {
     if (ret == -FI_EAGAIN) return;
     CheckFabric(ret, "fi_cq_readerr");
   }
+  // shm 1.17 reports some errors negated (-FI_ETRUNC); callers compare
+  // with the positive codes.
+  int error = err.err > 0 ? err.err : err.err < 0 ? -err.err : FI_EOTHER;
+  const char* detail = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  std::string message = fi_strerror(error);
+  if (detail != nullptr && *detail && message != detail)
+    message += std::string(" (") + detail + ")";
   auto* op = static_cast<RdmaOp*>(err.op_context);
   if (op == nullptr) {
-    // An error without an operation of ours: a failed remote write. The
-    // sender sees it too; there is nothing to hand back here.
+    // No operation of ours: a failed remote write into our memory, or (shm
+    // 1.17) one of our writes into a process that has died, which then
+    // never completes. Whoever watches the transfer decides.
+    orphan_errors_.store(orphan_errors_.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    if (on_orphan_error_) on_orphan_error_(*this, message);
     return;
   }
-  op->error = err.err != 0 ? err.err : FI_EOTHER;
-  const char* detail = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, nullptr, 0);
-  op->error_message = std::string(fi_strerror(op->error)) +
-                      (detail != nullptr && *detail ? std::string(" (") + detail + ")" : "");
+  if (op->state == OpState::kDetached) {
+    fi_cq_data_entry entry{};
+    HandleCompletion(op, entry);
+    return;
+  }
+  CountTransmit(*op);
+  op->error = error;
+  op->error_message = std::move(message);
   if (op->type == OpType::kRecv) op->received = err.len;
   if (op->callback) op->callback(*this, *op);
   FreeOp(op);
 }
 
 size_t Network::PollCompletion() {
-  fi_cq_data_entry entries[kCqBatch];
+  ProviderCall call(*this);
   size_t handled = 0;
+  if (!failed_.empty()) {
+    handled += failed_.size();
+    ReportFailed();
+  }
+  fi_cq_data_entry entries[kCqBatch];
   for (;;) {
     ssize_t n = fi_cq_read(cq_.get(), entries, kCqBatch);
     if (n == -FI_EAGAIN) break;
@@ -371,6 +624,10 @@ size_t Network::PollCompletion() {
     if (static_cast<size_t>(n) < kCqBatch) break;
   }
   SubmitPending();
+  // One writer (the polling thread), any number of readers.
+  if (transmits_done_ != transmit_completions_.load(std::memory_order_relaxed)) {
+    transmit_completions_.store(transmits_done_, std::memory_order_relaxed);
+  }
   return handled;
 }
 

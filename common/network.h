@@ -5,11 +5,23 @@
 //
 // A Network is used by one thread at a time (the domain is opened with
 // FI_THREAD_DOMAIN); chapters from 11 on give each thread its own Networks.
+//
+// When a peer dies, providers differ (measured with libfabric 1.17):
+//   tcp  fails every write in flight with an error completion that names
+//        the operation, then answers -FI_EAGAIN to new posts for that peer.
+//   shm  reports writes into a dead process as errors that name no
+//        operation (an "orphan" error), keeps others in flight forever, or
+//        answers -FI_EAGAIN forever once the dead peer's queue is full;
+//        neither fi_cancel nor fi_av_remove flushes them.
+// So a Network can cancel what it still queues itself, detach what the
+// provider keeps (no callback can then reach a caller that is gone), and
+// reset its endpoint, which makes the provider forget everything.
 #pragma once
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,6 +40,8 @@ struct RdmaOp;
 using OpCallback = std::function<void(Network&, RdmaOp&)>;
 // Called for every remote write that carried CQ data (the remote context).
 using RemoteWriteCallback = std::function<void(Network&, uint64_t cq_data)>;
+// Called for an error completion that names no operation of ours.
+using OrphanErrorCallback = std::function<void(Network&, const std::string& error)>;
 
 // A WRITE from local registered memory into a peer's registered memory.
 struct RdmaWrite {
@@ -43,22 +57,28 @@ struct RdmaWrite {
 
 enum class OpType { kSend, kRecv, kWrite };
 
+// Where an operation is: in our queue, with the provider, failed before the
+// provider took it (reported at the next poll), or detached (still with the
+// provider, but nobody waits for it any more).
+enum class OpState : uint8_t { kFree, kQueued, kPosted, kFailed, kDetached };
+
 // The context of one posted operation. `context` comes first so that the
 // pointer libfabric hands back is the operation itself, and providers that
 // need FI_CONTEXT/FI_CONTEXT2 scratch space find it there.
 struct RdmaOp {
   fi_context2 context;
   OpType type = OpType::kSend;
-  RdmaWrite write;              // kWrite
-  void* buf = nullptr;          // kSend, kRecv
-  size_t length = 0;            // kSend, kRecv: posted length
-  void* desc = nullptr;         // kSend, kRecv
+  RdmaWrite write;       // kWrite
+  void* buf = nullptr;   // kSend, kRecv
+  size_t length = 0;     // kSend, kRecv: posted length
+  void* desc = nullptr;  // kSend, kRecv
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  size_t received = 0;          // kRecv: bytes that arrived
-  int error = 0;                // 0, or the positive libfabric error code
-  std::string error_message;    // set only when error != 0
-  uint64_t user = 0;            // free for the caller (a GPU index, a page)
+  size_t received = 0;        // kRecv: bytes that arrived
+  int error = 0;              // 0, or the positive libfabric error code
+  std::string error_message;  // set only when error != 0
+  uint64_t user = 0;          // free for the caller (a GPU index, a page)
   OpCallback callback;
+  OpState state = OpState::kFree;
 
   bool ok() const { return error == 0; }
 };
@@ -88,7 +108,7 @@ class MemoryRegion {
 struct FabricChoice {
   std::string provider;  // "efa", "shm" or "tcp"
   MemoryKind memory = MemoryKind::kHost;
-  std::string domain;    // only this domain (e.g. "lo" for tcp); empty: all
+  std::string domain;  // only this domain (e.g. "lo" for tcp); empty: all
 };
 
 // The fi_info of every NIC the provider offers for RDM with RMA, remote CQ
@@ -115,8 +135,15 @@ class Network {
   MemoryRegion Register(const Buffer& buffer);
 
   // Peers go into the address vector before any operation names them.
+  // AddPeer first checks the address against the provider's format (a
+  // malformed one would make the provider read past it, and one failed
+  // insert leaves tcp;ofi_rxm 1.17's AV refusing every later insert) and
+  // throws RuntimeError in one line. A failed insert marks the Network for
+  // ResetEndpoint().
   fi_addr_t AddPeer(const std::vector<uint8_t>& address);
   void RemovePeer(fi_addr_t peer);
+  // Throws RuntimeError when `address` is not one this provider can insert.
+  void CheckPeerAddress(const std::vector<uint8_t>& address) const;
 
   void PostRecv(void* buf, size_t length, void* desc, OpCallback callback);
   void PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
@@ -128,11 +155,55 @@ class Network {
   void QueueWrite(const RdmaWrite& write, OpCallback callback);
 
   void OnRemoteWrite(RemoteWriteCallback callback) { on_remote_write_ = std::move(callback); }
+  // Runs on the polling thread; an empty callback removes the hook.
+  void OnOrphanError(OrphanErrorCallback callback) { on_orphan_error_ = std::move(callback); }
 
-  // Reads the completion queue, runs the callbacks (error completions
-  // included, with op.error set), then retries pending posts. Returns the
-  // number of completions handled.
+  // Reports operations that failed before the provider took them, reads the
+  // completion queue, runs the callbacks (error completions included, with
+  // op.error set), then retries pending posts. Returns the number of
+  // completions handled. A post the provider refuses outright becomes an
+  // error completion of that operation, never an exception.
   size_t PollCompletion();
+
+  // Sends and writes still in our queue fail with FI_ECANCELED, reported by
+  // the next PollCompletion(). Receives stay queued.
+  void CancelQueuedTransmits();
+  // Forgets every send and write not yet completed, without calling back:
+  // queued ones at once; those the provider holds are detached (their
+  // contexts stay allocated until the provider lets go, or the endpoint is
+  // reset). Returns how many the provider still holds.
+  size_t DetachTransmits();
+  // Closes the endpoint, its completion queue and address vector, and
+  // opens new ones on the same domain, so registrations stay valid. Every
+  // operation is forgotten without a callback (posted receives too: post
+  // them again) and every peer is gone. With `keep_address` the endpoint
+  // takes its old address again (fi_setname) and RuntimeError is thrown
+  // when the provider cannot.
+  void ResetEndpoint(bool keep_address);
+  // Closes the endpoint, completion queue and address vector now, before
+  // memory registered with them is freed; the domain stays for the
+  // registrations still open. Nothing may be posted afterwards.
+  void CloseEndpoint();
+  // True when the provider still holds detached operations or the address
+  // vector refused an insert: only ResetEndpoint() makes the NIC whole.
+  bool needs_reset() const { return detached_ > 0 || av_damaged_; }
+  size_t detached() const { return detached_; }
+
+  // Sends and writes completed so far (errors included) and errors that
+  // named no operation; safe to read from any thread (a watchdog's view of
+  // progress: receives do not count, so a flood of messages cannot hide a
+  // transfer that stopped).
+  uint64_t transmit_completions() const {
+    return transmit_completions_.load(std::memory_order_relaxed);
+  }
+  uint64_t orphan_errors() const { return orphan_errors_.load(std::memory_order_relaxed); }
+  // Calls into the provider (posts and polls) begun and finished: a thread
+  // inside one has started != finished, and a watchdog that sees the pair
+  // frozen so knows it is stuck there.
+  uint64_t provider_calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
+  uint64_t provider_calls_finished() const {
+    return calls_finished_.load(std::memory_order_relaxed);
+  }
 
   // Operations posted and not yet completed (pending ones included).
   size_t outstanding() const { return outstanding_; }
@@ -143,13 +214,32 @@ class Network {
   size_t outstanding_transmits() const { return outstanding_ - outstanding_recvs_; }
 
  private:
+  void OpenEndpoint(const std::vector<uint8_t>* name);
   RdmaOp* NewOp(OpType type, OpCallback&& callback);
   void FreeOp(RdmaOp* op);
-  // Tries to hand `op` to the provider; false when it answered -FI_EAGAIN.
+  // Queues `op`, or hands it to the provider when nothing waits before it.
+  void Post(RdmaOp* op);
+  // Hands `op` to the provider; false when it answered -FI_EAGAIN. A hard
+  // error marks the op failed and queues it for the next poll.
   bool Submit(RdmaOp* op, bool more);
   void SubmitPending();
+  void ReportFailed();
   void HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry);
   void HandleErrorCompletion();
+  void CountTransmit(const RdmaOp& op) { transmits_done_ += op.type != OpType::kRecv; }
+  // Brackets a call into the provider for the watchdog.
+  class ProviderCall {
+   public:
+    explicit ProviderCall(Network& net) : net_(net) { Bump(net_.calls_started_); }
+    ~ProviderCall() { Bump(net_.calls_finished_); }
+
+   private:
+    static void Bump(std::atomic<uint64_t>& counter) {
+      // One writer (the thread using the Network): a plain store suffices.
+      counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    Network& net_;
+  };
 
   FiInfoPtr info_;
   std::string name_;
@@ -168,9 +258,18 @@ class Network {
   std::vector<std::unique_ptr<RdmaOp[]>> op_chunks_;
   std::vector<RdmaOp*> free_ops_;
   std::deque<RdmaOp*> pending_;
+  std::deque<RdmaOp*> failed_;  // failed before the provider took them
   size_t outstanding_ = 0;
   size_t outstanding_recvs_ = 0;
+  size_t detached_ = 0;
+  bool av_damaged_ = false;
   RemoteWriteCallback on_remote_write_;
+  OrphanErrorCallback on_orphan_error_;
+  uint64_t transmits_done_ = 0;  // published as transmit_completions_ per poll
+  std::atomic<uint64_t> transmit_completions_{0};
+  std::atomic<uint64_t> orphan_errors_{0};
+  std::atomic<uint64_t> calls_started_{0};
+  std::atomic<uint64_t> calls_finished_{0};
 };
 
 }  // namespace tutorial

@@ -1,11 +1,14 @@
 #include "common/server.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "common/errors.h"
 #include "common/main_guard.h"
@@ -17,13 +20,15 @@
 namespace tutorial {
 
 WriteJob::WriteJob(Node& node, const ConnectMessage& connect, const RandomFillRequest& request,
-                   uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress)
+                   uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress,
+                   const std::atomic<bool>* abandon)
     : node_(node),
       connect_(connect),
       request_(request),
       repeat_(repeat),
       peers_(std::move(peers)),
       progress_(progress),
+      abandon_(abandon),
       num_gpus_(node.num_gpus()),
       nics_per_gpu_(node.nics_per_gpu()),
       buffers_per_gpu_(node.buffers_per_gpu()) {}
@@ -41,21 +46,29 @@ RdmaWrite WriteJob::MakeWrite(size_t gpu, size_t nic, size_t buf, size_t page) c
   return write;
 }
 
-bool WriteJob::Interrupted() const { return StopRequested(); }
+bool WriteJob::Interrupted() const {
+  return StopRequested() || (abandon_ != nullptr && abandon_->load(std::memory_order_relaxed));
+}
 
 void WriteJob::UseGpuOnThisThread(size_t gpu) const {
   MakeCudaDeviceCurrent(node_.groups()[gpu].cuda_device);
 }
 
 bool DrainTransmits(Node& node, double seconds) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  constexpr double kIdleSeconds = 1.0;
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).CancelQueuedTransmits();
+  }
+  auto start = Clock::now();
+  auto last_progress = start;
   for (;;) {
     size_t in_flight = 0;
+    size_t handled = 0;
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) {
         Network& net = node.net(g, n);
         try {
-          net.PollCompletion();
+          handled += net.PollCompletion();
         } catch (const std::exception&) {
           // A broken peer can make polling fail; what counts is the drain.
         }
@@ -63,9 +76,13 @@ bool DrainTransmits(Node& node, double seconds) {
       }
     }
     if (in_flight == 0) return true;
-    if (Clock::now() > deadline) {
-      std::fprintf(stderr, "server: %zu operations still in flight after %.0f s\n", in_flight,
-                   seconds);
+    auto now = Clock::now();
+    if (handled > 0) last_progress = now;
+    if (std::chrono::duration<double>(now - start).count() > seconds ||
+        std::chrono::duration<double>(now - last_progress).count() > kIdleSeconds) {
+      for (size_t g = 0; g < node.num_gpus(); ++g) {
+        for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).DetachTransmits();
+      }
       return false;
     }
   }
@@ -74,17 +91,125 @@ bool DrainTransmits(Node& node, double seconds) {
 namespace {
 
 constexpr size_t kReceiveSlots = 4;
+// A provider call that has not returned after this long never will.
+constexpr double kStuckSeconds = 10.0;
+// Messages that arrive while a transfer runs wait here; beyond this many,
+// a flood is dropped instead of filling the server's memory.
+constexpr size_t kMaxWaitingMessages = 64;
+// A transfer during which no NIC completes anything for this long has lost
+// its client (one that stopped, or a provider that keeps writes to a dead
+// process in flight forever).
+constexpr double kStallSeconds = 10.0;
+constexpr double kNoticeSeconds = 10.0;
+constexpr double kRejectSeconds = 2.0;
 
 std::string ClientCommand(const std::string& chapter, const ServerOptions& o, const Node& node,
                           const std::string& address_hex) {
-  std::string command = "bazel run //chapters/" + chapter + ":client -- --server " + address_hex +
-                        " --provider " + node.fabric().provider + " --memory " +
-                        MemoryKindName(node.fabric().memory) + " --gpus " +
-                        std::to_string(node.num_gpus()) + " --nics-per-gpu " +
-                        std::to_string(node.nics_per_gpu());
+  std::string command =
+      "bazel run //chapters/" + chapter + ":client -- --server " + address_hex + " --provider " +
+      node.fabric().provider + " --memory " + MemoryKindName(node.fabric().memory) + " --gpus " +
+      std::to_string(node.num_gpus()) + " --nics-per-gpu " + std::to_string(node.nics_per_gpu());
   if (!o.domain.empty()) command += " --domain " + o.domain;
   return command;
 }
+
+std::string NicName(size_t gpu, size_t nic) {
+  return "GPU " + std::to_string(gpu) + " NIC " + std::to_string(nic);
+}
+
+// Watches a transfer from outside the writer, which only runs its loop: an
+// error completion that names no write (how shm 1.17 reports writes into a
+// process that died) or no completion on any NIC for kStallSeconds means
+// the client is gone. The writer learns it through WriteJob::Interrupted().
+class TransferWatch {
+ public:
+  explicit TransferWatch(Node& node) : node_(node) {
+    ForEachNet([this](size_t, size_t, Network& net) {
+      net.OnOrphanError([this](Network& failed, const std::string& error) {
+        Abandon(failed.name() + " reported a failed write without naming it (" + error +
+                "); the client is likely gone");
+      });
+    });
+    thread_ = std::thread([this] { Watch(); });
+  }
+  ~TransferWatch() { Stop(); }
+  TransferWatch(const TransferWatch&) = delete;
+  TransferWatch& operator=(const TransferWatch&) = delete;
+
+  // Ends the watch; call once the writer's threads are gone.
+  void Stop() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+      }
+      wake_.notify_all();
+      thread_.join();
+      ForEachNet([](size_t, size_t, Network& net) { net.OnOrphanError(nullptr); });
+    }
+  }
+
+  const std::atomic<bool>* flag() const { return &abandoned_; }
+  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
+  std::string reason() const {
+    std::lock_guard<std::mutex> lock(reason_mutex_);
+    return reason_;
+  }
+
+ private:
+  template <typename F>
+  void ForEachNet(F&& f) {
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) f(g, n, node_.net(g, n));
+    }
+  }
+
+  uint64_t Completions() {
+    uint64_t sum = 0;
+    ForEachNet([&sum](size_t, size_t, Network& net) { sum += net.transmit_completions(); });
+    return sum;
+  }
+
+  void Abandon(const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(reason_mutex_);
+      if (!reason_.empty()) return;
+      reason_ = reason;
+    }
+    abandoned_.store(true, std::memory_order_release);
+  }
+
+  void Watch() {
+    uint64_t last = Completions();
+    auto last_change = Clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(50));
+      uint64_t now_completed = Completions();
+      auto now = Clock::now();
+      if (now_completed != last) {
+        last = now_completed;
+        last_change = now;
+      } else if (std::chrono::duration<double>(now - last_change).count() > kStallSeconds) {
+        char text[128];
+        std::snprintf(text, sizeof(text),
+                      "no NIC completed anything for %.0f s: the client stopped responding or "
+                      "cannot be reached",
+                      kStallSeconds);
+        Abandon(text);
+      }
+    }
+  }
+
+  Node& node_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::atomic<bool> abandoned_{false};
+  mutable std::mutex reason_mutex_;
+  std::string reason_;
+};
 
 // Serves RANDOM_FILL requests, one client at a time.
 class RandomFillServer {
@@ -101,11 +226,21 @@ class RandomFillServer {
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
         reply_region_(nic0_.Register(reply_buffer_)) {}
 
+  // The server is the node's last user: its endpoints close before any
+  // registration or buffer (ours here, the node's after us) goes away, so
+  // nothing can arrive in freed memory.
+  ~RandomFillServer() {
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
+    }
+  }
+
   int Run() {
-    for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
+    PostReceives();
     std::string address = ToHex(nic0_.address());
     std::printf("Server address: %s\n", address.c_str());
-    std::printf("Start a client with:\n  %s\n", ClientCommand(chapter_, options_, node_, address).c_str());
+    std::printf("Start a client with:\n  %s\n",
+                ClientCommand(chapter_, options_, node_, address).c_str());
     if (!options_.address_file.empty()) {
       std::ofstream(options_.address_file) << address << "\n";
     }
@@ -114,28 +249,39 @@ class RandomFillServer {
 
     while (!StopRequested()) {
       nic0_.PollCompletion();
-      while (!mailbox_.empty()) {
+      while (!mailbox_.empty() && !StopRequested()) {
         std::vector<uint8_t> message = std::move(mailbox_.front());
         mailbox_.pop_front();
         std::optional<bool> served = HandleMessage(message);
-        if (served.has_value() && options_.once) return *served ? 0 : 1;
         if (StopRequested()) break;
+        if (served.has_value() && options_.once) return *served ? 0 : 1;
       }
     }
     std::printf("Stopping: %zu transfer(s) served, %zu failed, %zu message(s) dropped.\n", served_,
                 failed_, dropped_);
-    DrainTransmits(node_, 5.0);
+    DrainTransmits(node_, kDrainSeconds);
     return 0;
   }
 
  private:
+  void PostReceives() {
+    for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
+  }
+
   void PostReceive(size_t slot) {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
     nic0_.PostRecv(buf, kMaxMessageSize, receive_region_.desc(),
                    [this, slot, buf](Network&, RdmaOp& op) {
-                     if (op.ok()) {
+                     if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
                        mailbox_.emplace_back(buf, buf + op.received);
+                     } else if (op.ok()) {
+                       ++dropped_;
+                       std::fprintf(stderr,
+                                    "server: dropped a message (%zu bytes): %zu messages are "
+                                    "already waiting\n",
+                                    op.received, mailbox_.size());
                      } else if (op.error != FI_ECANCELED) {
+                       // Longer than a receive buffer (FI_ETRUNC) or broken.
                        ++dropped_;
                        std::fprintf(stderr, "server: dropped a message (%zu bytes): %s\n",
                                     op.received, op.error_message.c_str());
@@ -144,52 +290,168 @@ class RandomFillServer {
                    });
   }
 
-  // Returns the transfer's outcome when the message started one.
+  // Returns the transfer's outcome when the message started one. Anything
+  // the protocol does not expect is dropped with one line on stderr, and
+  // the sender of a decodable CONNECT hears why in a REJECT.
   std::optional<bool> HandleMessage(const std::vector<uint8_t>& message) {
-    // Once a CONNECT decodes, its sender has an address to send a REJECT to.
     std::optional<ConnectMessage> reply_to;
     try {
       MessageType type = PeekMessageType(message.data(), message.size());
       if (type == MessageType::kConnect) {
-        reply_to = DecodeConnect(message.data(), message.size());
-        CheckConnectFitsServer(*reply_to, Layout());
-        connect_ = std::move(reply_to);
+        ConnectMessage connect = DecodeConnect(message.data(), message.size());
+        reply_to = connect;
+        CheckConnectFitsServer(connect, Layout());
+        CheckClientAddresses(connect);
+        if (connect_) {
+          ++dropped_;
+          std::fprintf(stderr,
+                       "server: dropped a message: a CONNECT that no RANDOM_FILL followed "
+                       "(a newer CONNECT replaces it)\n");
+        }
+        connect_ = std::move(connect);
         std::printf("Received CONNECT: %u GPU(s) x %u NIC(s), %u buffer(s) per GPU.\n",
                     connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
         return std::nullopt;
       }
-      if (type != MessageType::kRandomFill) throw ProtocolError("unexpected message type");
-      if (!connect_) throw ProtocolError("RANDOM_FILL before CONNECT");
-      reply_to = std::move(connect_);
-      connect_.reset();
+      if (type == MessageType::kReject) {
+        throw ProtocolError("unexpected REJECT message (only the server sends those)");
+      }
+      // A RANDOM_FILL, good or bad, ends the CONNECT before it.
+      if (connect_) {
+        reply_to = std::move(connect_);
+        connect_.reset();
+      }
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
+      if (!reply_to) throw ProtocolError("RANDOM_FILL before CONNECT");
       CheckRequestFits(request, *reply_to, Layout());
-      return Serve(*reply_to, request);
+      std::vector<fi_addr_t> peers = AddClientPeers(*reply_to);
+      return Serve(*reply_to, request, peers);
     } catch (const ProtocolError& e) {
       ++dropped_;
-      std::fprintf(stderr, "server: dropped a message: %s\n", e.what());
-      if (reply_to) SendReject(*reply_to, e.what());
+      // A failed insert can leave an address vector refusing every later
+      // one: make the NICs whole before anything else uses them.
+      std::string notes = RepairNetworks();
+      if (reply_to) notes += SendReject(*reply_to, e.what());
+      notes += RepairNetworks();
+      std::fprintf(stderr, "server: dropped a message: %s%s\n", e.what(), notes.c_str());
       return std::nullopt;
     }
   }
 
-  // Best effort: a client that sent a well-formed but unservable request
-  // learns why at once instead of waiting for its timeout.
-  void SendReject(const ConnectMessage& client, const std::string& reason) {
-    std::vector<uint8_t> message = Encode(RejectMessage{reason});
-    try {
-      fi_addr_t peer = nic0_.AddPeer(client.nic_addresses[0]);
-      reply_buffer_.CopyFromHost(0, message.data(), message.size());
-      bool done = false;
-      nic0_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
-                     [&done](Network&, RdmaOp&) { done = true; });
-      auto deadline = Clock::now() + std::chrono::seconds(2);
-      while (!done && Clock::now() < deadline) nic0_.PollCompletion();
-      if (!done) DrainTransmits(node_, 5.0);
-      nic0_.RemovePeer(peer);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "server: could not send REJECT: %s\n", e.what());
+  bool IsOwnAddress(const std::vector<uint8_t>& address) {
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
+        if (node_.net(g, n).address() == address) return true;
+      }
     }
+    return false;
+  }
+
+  // Every client address must be one the provider can insert, and none may
+  // be ours: writes "to the client" would land in this server's memory.
+  void CheckClientAddresses(const ConnectMessage& connect) {
+    for (size_t i = 0; i < connect.nic_addresses.size(); ++i) {
+      const std::vector<uint8_t>& address = connect.nic_addresses[i];
+      try {
+        node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()).CheckPeerAddress(address);
+      } catch (const RuntimeError& e) {
+        throw ProtocolError("CONNECT: NIC " + std::to_string(i) + ": " + e.what());
+      }
+      if (IsOwnAddress(address)) {
+        throw ProtocolError("CONNECT: NIC " + std::to_string(i) +
+                            " names one of this server's own endpoints");
+      }
+    }
+  }
+
+  // Server NIC i talks to client NIC i. An address the AV refuses drops
+  // the request; those already inserted are removed again.
+  std::vector<fi_addr_t> AddClientPeers(const ConnectMessage& connect) {
+    std::vector<fi_addr_t> peers;
+    for (size_t i = 0; i < connect.nic_addresses.size(); ++i) {
+      Network& net = node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu());
+      try {
+        peers.push_back(net.AddPeer(connect.nic_addresses[i]));
+      } catch (const RuntimeError& e) {
+        RemovePeers(peers);
+        throw ProtocolError("CONNECT: NIC " + std::to_string(i) + ": " + e.what());
+      }
+    }
+    return peers;
+  }
+
+  void RemovePeers(const std::vector<fi_addr_t>& peers) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()).RemovePeer(peers[i]);
+    }
+  }
+
+  // Rebuilds the endpoint of every NIC that still has operations the
+  // provider will not give back, or whose address vector refused an insert.
+  // NIC 0 keeps the address clients know, or the server cannot go on.
+  // Returns "" or a note for the caller's one-line report.
+  std::string RepairNetworks() {
+    std::string rebuilt;
+    size_t undrained = 0;
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
+        Network& net = node_.net(g, n);
+        if (!net.needs_reset()) continue;
+        undrained += net.detached();
+        if (&net == &nic0_) {
+          try {
+            net.ResetEndpoint(/*keep_address=*/true);
+          } catch (const RuntimeError& e) {
+            throw RuntimeError(std::string("cannot recover after a lost client: ") + e.what() +
+                               "; restart the server");
+          }
+          PostReceives();  // the old endpoint took the posted ones with it
+        } else {
+          try {
+            net.ResetEndpoint(/*keep_address=*/true);
+          } catch (const RuntimeError&) {
+            // Only NIC 0's address is known to clients.
+            net.ResetEndpoint(/*keep_address=*/false);
+          }
+        }
+        rebuilt += (rebuilt.empty() ? "" : ", ") + NicName(g, n);
+      }
+    }
+    if (rebuilt.empty()) return "";
+    return "; rebuilt the endpoint of " + rebuilt +
+           (undrained > 0 ? " (" + std::to_string(undrained) + " operation(s) never completed)"
+                          : "");
+  }
+
+  // Best effort: a client that sent a well-formed but unservable request
+  // learns why at once instead of waiting for its timeout. Returns "" or a
+  // note on why no REJECT went out.
+  std::string SendReject(const ConnectMessage& client, const std::string& reason) {
+    const std::vector<uint8_t>& address = client.nic_addresses[0];
+    if (IsOwnAddress(address)) return "; no REJECT sent: the sender named this server";
+    std::vector<uint8_t> message = Encode(RejectMessage{reason});
+    fi_addr_t peer;
+    try {
+      peer = nic0_.AddPeer(address);
+    } catch (const RuntimeError& e) {
+      return std::string("; no REJECT sent: ") + e.what();
+    }
+    reply_buffer_.CopyFromHost(0, message.data(), message.size());
+    bool done = false;
+    nic0_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
+                   [&done](Network&, RdmaOp&) { done = true; });
+    auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
+    while (!done && Clock::now() < deadline && !StopRequested()) nic0_.PollCompletion();
+    std::string note;
+    if (!done) {
+      // `done` lives on this stack: nothing may call back once we return.
+      nic0_.CancelQueuedTransmits();
+      nic0_.PollCompletion();
+      if (!done) nic0_.DetachTransmits();
+      note = "; the REJECT was not taken within 2 s";
+    }
+    nic0_.RemovePeer(peer);
+    return note;
   }
 
   ServerLayout Layout() const {
@@ -218,33 +480,46 @@ class RandomFillServer {
   // sent, now carrying the remote context as CQ data. It goes out only after
   // every other write has completed, so the client may trust all its pages
   // once every NIC has reported; RDM endpoints do not order writes.
-  bool SendDoneNotices(const WriteJob& job, const RandomFillRequest& request, std::string* error) {
-    size_t done = 0;
+  bool SendDoneNotices(const WriteJob& job, const RandomFillRequest& request,
+                       const TransferWatch& watch, std::string* error) {
+    struct Notices {
+      size_t done = 0;
+      std::string error;
+    } notices;
     for (size_t g = 0; g < job.num_gpus(); ++g) {
       for (size_t n = 0; n < job.nics_per_gpu(); ++n) {
         RdmaWrite write = job.MakeWrite(g, n, 0, 0);
         write.has_cq_data = true;
         write.cq_data = request.remote_context;
-        node_.net(g, n).PostWrite(write, [&done, error](Network& net, RdmaOp& op) {
-          if (!op.ok() && error->empty()) *error = net.name() + ": " + op.error_message;
-          ++done;
+        node_.net(g, n).PostWrite(write, [&notices](Network& net, RdmaOp& op) {
+          if (!op.ok() && notices.error.empty())
+            notices.error = net.name() + ": " + op.error_message;
+          ++notices.done;
         });
       }
     }
-    auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (done < job.num_nics()) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(kNoticeSeconds);
+    while (notices.done < job.num_nics()) {
       for (size_t g = 0; g < job.num_gpus(); ++g) {
         for (size_t n = 0; n < job.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
       }
-      if (Clock::now() > deadline) {
-        *error = "the client did not take the final notices within 10 s";
-        return false;
+      if (watch.abandoned()) {
+        notices.error = watch.reason();
+      } else if (StopRequested()) {
+        notices.error = "interrupted";
+      } else if (Clock::now() > deadline) {
+        notices.error = "the client did not take the final notices within 10 s";
       }
+      if (!notices.error.empty()) break;
     }
+    // The callbacks above point into this frame.
+    if (notices.done < job.num_nics()) DrainTransmits(node_, kDrainSeconds);
+    *error = notices.error;
     return error->empty();
   }
 
-  bool Serve(const ConnectMessage& connect, const RandomFillRequest& request) {
+  bool Serve(const ConnectMessage& connect, const RandomFillRequest& request,
+             const std::vector<fi_addr_t>& peers) {
     std::printf("Received RANDOM_FILL: %llu page(s) of %llu bytes, seed %llu, repeat %llu.\n",
                 static_cast<unsigned long long>(request.num_pages()),
                 static_cast<unsigned long long>(request.page_size),
@@ -252,35 +527,41 @@ class RandomFillServer {
                 static_cast<unsigned long long>(options_.repeat));
     FillBuffers(request);
 
-    // Server NIC i talks to client NIC i.
-    std::vector<fi_addr_t> peers;
     WriteOutcome outcome;
-    try {
-      for (size_t g = 0; g < node_.num_gpus(); ++g) {
-        for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
-          peers.push_back(node_.net(g, n).AddPeer(connect.nic_addresses[g * node_.nics_per_gpu() + n]));
-        }
-      }
-    } catch (const RuntimeError& e) {
-      outcome.ok = false;
-      outcome.error = std::string("client address: ") + e.what();
-    }
-
-    if (outcome.ok) {
-      uint64_t total = node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
+    {
+      TransferWatch watch(node_);
+      uint64_t total =
+          node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
-      WriteJob job(node_, connect, request, options_.repeat, peers, progress);
-      outcome = run_writer_(job);
+      WriteJob job(node_, connect, request, options_.repeat, peers, progress, watch.flag());
+      try {
+        outcome = run_writer_(job);
+      } catch (const std::exception& e) {
+        // The writer is gone without a drain: its callbacks must never run.
+        for (size_t g = 0; g < node_.num_gpus(); ++g) {
+          for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).DetachTransmits();
+        }
+        outcome.ok = false;
+        outcome.error = e.what();
+      }
       std::string error;
-      if (outcome.ok && !SendDoneNotices(job, request, &error)) {
+      if (outcome.ok && !SendDoneNotices(job, request, watch, &error)) {
         outcome.ok = false;
         outcome.error = error;
       }
+      watch.Stop();
+      // A writer told to stop says "interrupted"; say why instead.
+      if (!outcome.ok && (outcome.error.empty() || outcome.error == "interrupted")) {
+        if (watch.abandoned()) {
+          outcome.error = watch.reason();
+        } else if (StopRequested()) {
+          outcome.error = "interrupted (Ctrl-C or SIGTERM)";
+        }
+      }
     }
-    if (!outcome.ok) DrainTransmits(node_, 10.0);
-    for (size_t i = 0; i < peers.size(); ++i) {
-      node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()).RemovePeer(peers[i]);
-    }
+    if (!outcome.ok) DrainTransmits(node_, kDrainSeconds);
+    RemovePeers(peers);
+    std::string repaired = RepairNetworks();
 
     if (outcome.ok) {
       ++served_;
@@ -289,7 +570,7 @@ class RandomFillServer {
                   outcome.stats.gbps, outcome.stats.mops);
     } else {
       ++failed_;
-      std::printf("Transfer abandoned: %s\n", outcome.error.c_str());
+      std::printf("Transfer abandoned: %s%s\n", outcome.error.c_str(), repaired.c_str());
     }
     RecordResult(request, outcome);
     std::printf("------\nWaiting for a client (Ctrl-C to stop).\n");
@@ -347,6 +628,12 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;
+    // Bounds what no loop of ours can: a thread stuck inside the provider.
+    std::vector<Network*> nets;
+    for (size_t g = 0; g < node.num_gpus(); ++g) {
+      for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
+    }
+    ProviderWatchdog watchdog(program, nets, kStuckSeconds);
     RandomFillServer server(options, chapter, node, run_writer);
     return server.Run();
   });

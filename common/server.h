@@ -9,6 +9,8 @@
 
 #include <rdma/fabric.h>
 
+#include <atomic>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -24,8 +26,11 @@ namespace tutorial {
 // Everything a chapter's writer needs for one client's request.
 class WriteJob {
  public:
+  // `abandon`, when given, is raised by whoever watches the transfer (a
+  // client that stopped answering); Interrupted() reports it.
   WriteJob(Node& node, const ConnectMessage& connect, const RandomFillRequest& request,
-           uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress);
+           uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress,
+           const std::atomic<bool>* abandon = nullptr);
 
   size_t num_gpus() const { return num_gpus_; }
   size_t nics_per_gpu() const { return nics_per_gpu_; }
@@ -50,7 +55,8 @@ class WriteJob {
 
   ProgressLine& progress() { return progress_; }
   Node& node() { return node_; }
-  // Ctrl-C or SIGTERM: writers stop and report the transfer as abandoned.
+  // Ctrl-C or SIGTERM, or the client stopped answering: writers stop and
+  // report the transfer as abandoned. Cheap enough to ask on every loop.
   bool Interrupted() const;
 
  private:
@@ -60,6 +66,7 @@ class WriteJob {
   uint64_t repeat_;
   std::vector<fi_addr_t> peers_;  // client endpoint of each of our NICs
   ProgressLine& progress_;
+  const std::atomic<bool>* abandon_;
   size_t num_gpus_, nics_per_gpu_, buffers_per_gpu_;
 };
 
@@ -76,9 +83,16 @@ using WriterFn = std::function<WriteOutcome(WriteJob&)>;
 // Returns the process's exit code.
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer);
 
-// Polls every NIC until no send or write is in flight (or `seconds` pass),
-// so that no completion can reach a writer that is gone. Returns false on
-// timeout.
+// How long the server waits for operations in flight once a transfer ends
+// or fails; a drain also gives up after a second without any completion.
+constexpr double kDrainSeconds = 5.0;
+
+// Makes sure no completion can reach a writer that is gone: sends and
+// writes still queued fail with FI_ECANCELED, every NIC is polled until
+// nothing is in flight, and whatever the provider still holds after
+// `seconds` (or a second without progress) is detached, so its callbacks
+// never run. Returns false when something had to be detached; the server
+// then rebuilds those NICs' endpoints before the next client.
 bool DrainTransmits(Node& node, double seconds);
 
 // A chapter's main(): `Writer` is constructed from the WriteJob and its
@@ -89,8 +103,14 @@ template <typename Writer>
 int RunServer(int argc, char** argv, const std::string& chapter) {
   return ServerMain(argc, argv, chapter, [](WriteJob& job) {
     Writer writer(job);
-    WriteOutcome outcome = writer.Run();
-    DrainTransmits(job.node(), 10.0);
+    WriteOutcome outcome;
+    try {
+      outcome = writer.Run();
+    } catch (const std::exception& e) {
+      outcome.ok = false;
+      outcome.error = e.what();
+    }
+    DrainTransmits(job.node(), kDrainSeconds);
     return outcome;
   });
 }

@@ -1,0 +1,729 @@
+// Reliability of the real server (chapter 10's binaries) over real shm and
+// tcp: hostile messages, clients that die or are interrupted mid-transfer, a
+// server that dies, Ctrl-C. After every bad thing the same server must serve
+// the next good client, which checks every byte it receives.
+//
+// Bad messages come from this test process through common's Network: a real
+// endpoint of the same provider SENDs raw bytes to the live server.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/errors.h"
+#include "common/messages.h"
+#include "common/network.h"
+#include "tests/process.h"
+
+namespace tutorial::testing {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+const std::string kServer = BinaryPath("chapters/10_warmup/server");
+const std::string kClient = BinaryPath("chapters/10_warmup/client");
+
+constexpr uint64_t kBufferSize = 1 << 20;  // both sides
+constexpr uint64_t kPageSize = 4096;
+
+size_t CountLines(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// Files shm keeps in /dev/shm for the endpoints of process `pid` (named
+// "<pid>:<uid>:<endpoint>").
+std::vector<std::string> ShmFilesOf(pid_t pid) {
+  std::vector<std::string> files;
+  std::string prefix = std::to_string(pid) + ":";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
+        files.push_back(entry->d_name);
+      }
+    }
+    closedir(dir);
+  }
+  return files;
+}
+
+// A process killed with SIGKILL cannot remove its files; the test does.
+void RemoveShmFilesOf(pid_t pid) {
+  for (const std::string& name : ShmFilesOf(pid)) unlink(("/dev/shm/" + name).c_str());
+}
+
+// The last line of `text` that contains `needle`, with its newline.
+std::string LastLineWith(const std::string& text, const std::string& needle) {
+  size_t at = text.rfind(needle);
+  if (at == std::string::npos) return "(none)\n";
+  size_t start = text.rfind('\n', at);
+  start = start == std::string::npos ? 0 : start + 1;
+  size_t end = text.find('\n', at);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start + 1);
+}
+
+std::string Joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : " ") + item;
+  return out;
+}
+
+// Chapter 10's server on this machine, one GPU group of two NICs.
+class LiveServer {
+ public:
+  LiveServer(const std::string& provider, uint64_t repeat) : provider_(provider) {
+    process_ = std::make_unique<Process>(
+        std::vector<std::string>{kServer, "--provider", provider, "--memory", "host",
+                                 "--buffer-size", std::to_string(kBufferSize), "--repeat",
+                                 std::to_string(repeat), "--address-file", dir_.File("address")},
+        dir_.File("server.out"), dir_.File("server.err"));
+    if (!WaitForFile(dir_.File("address"), 60)) {
+      throw std::runtime_error("the server printed no address: " + err());
+    }
+    address_hex_ = ReadFile(dir_.File("address"));
+    address_hex_.erase(address_hex_.find_last_not_of('\n') + 1);
+  }
+
+  const std::string& address_hex() const { return address_hex_; }
+  std::vector<uint8_t> address() const { return FromHex(address_hex_); }
+  Process& process() { return *process_; }
+  std::string out() const { return ReadFile(dir_.File("server.out")); }
+  std::string err() const { return ReadFile(dir_.File("server.err")); }
+  std::string log() const {
+    return "--- server stdout:\n" + out() + "--- server stderr:\n" + err();
+  }
+  size_t dropped() const { return CountLines(err(), "dropped a message"); }
+  size_t abandoned() const { return CountLines(out(), "Transfer abandoned"); }
+
+  // Waits until `count()` reaches `target`, polling `poll` meanwhile.
+  template <typename Count, typename Poll>
+  bool WaitUntil(Count count, size_t target, double seconds, Poll poll) const {
+    auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
+    auto next_read = SteadyClock::now();
+    for (;;) {
+      poll();
+      if (SteadyClock::now() >= next_read) {
+        if (count() >= target) return true;
+        next_read = SteadyClock::now() + std::chrono::milliseconds(20);
+      }
+      if (SteadyClock::now() > deadline) return false;
+    }
+  }
+
+  // Ctrl-C: the server must exit 0 on its own, promptly, print its
+  // "Stopping" line and leave no shared-memory file behind.
+  void StopAndCheck() {
+    pid_t pid = process_->pid();
+    process_->Signal(SIGINT);
+    auto start = SteadyClock::now();
+    int code = process_->Wait(20);
+    double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+    EXPECT_EQ(code, 0) << log();
+    EXPECT_LT(seconds, 10.0) << log();
+    EXPECT_NE(out().find("Stopping:"), std::string::npos) << log();
+    EXPECT_TRUE(ShmFilesOf(pid).empty()) << Joined(ShmFilesOf(pid));
+  }
+
+ private:
+  std::string provider_;
+  TempDir dir_;
+  std::unique_ptr<Process> process_;
+  std::string address_hex_;
+};
+
+std::vector<std::string> ClientArgs(const std::string& provider, const std::string& server,
+                                    uint64_t pages, double timeout) {
+  char timeout_text[32];
+  std::snprintf(timeout_text, sizeof(timeout_text), "%g", timeout);
+  return {kClient,
+          "--provider",
+          provider,
+          "--memory",
+          "host",
+          "--buffer-size",
+          std::to_string(kBufferSize),
+          "--page-size",
+          std::to_string(kPageSize),
+          "--pages",
+          std::to_string(pages),
+          "--server",
+          server,
+          "--timeout",
+          timeout_text};
+}
+
+// A good client: it must get every byte right.
+bool GoodClientServed(const std::string& provider, const LiveServer& server, std::string* why) {
+  RunResult r = RunToEnd(ClientArgs(provider, server.address_hex(), 16, 60), 90);
+  bool ok = r.exit_code == 0 && r.out.find("every byte correct") != std::string::npos;
+  if (!ok)
+    *why = "client exit " + std::to_string(r.exit_code) + "\n" + r.out + r.err + server.log();
+  return ok;
+}
+
+// An endpoint of the provider in this process, sending raw bytes.
+class RawSender {
+ public:
+  RawSender(const std::string& provider, const std::vector<uint8_t>& server_address)
+      : infos_(FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""})),
+        net_(*infos_[0]),
+        send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, 2 * kMaxMessageSize)),
+        send_region_(net_.Register(send_buffer_)),
+        target_(Buffer::Allocate(MemoryKind::kHost, -1, kBufferSize)),
+        target_region_(net_.Register(target_)),
+        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReplySlots * kReplySize)),
+        reply_region_(net_.Register(reply_buffer_)) {
+    server_ = net_.AddPeer(server_address);
+    for (size_t slot = 0; slot < kReplySlots; ++slot) ListenForReply(slot);
+  }
+  ~RawSender() { net_.CloseEndpoint(); }  // before the buffers go
+
+  const std::vector<uint8_t>& address() const { return net_.address(); }
+
+  // SENDs `bytes` to the server; true once the provider reports it sent.
+  bool Send(const std::vector<uint8_t>& bytes) {
+    // (An empty vector's data() may be null, which memcpy must never see.)
+    if (!bytes.empty()) send_buffer_.CopyFromHost(0, bytes.data(), bytes.size());
+    bool done = false, ok = false;
+    net_.PostSend(server_, send_buffer_.data(), bytes.size(), send_region_.desc(),
+                  [&](Network&, RdmaOp& op) {
+                    done = true;
+                    ok = op.ok();
+                  });
+    auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+    while (!done && SteadyClock::now() < deadline) net_.PollCompletion();
+    if (!done) {
+      net_.CancelQueuedTransmits();
+      net_.PollCompletion();
+      net_.DetachTransmits();  // `done` lives on this stack
+    }
+    return ok;
+  }
+
+  void Poll() { net_.PollCompletion(); }
+  const std::vector<std::string>& rejects() const { return rejects_; }
+
+  // A CONNECT of the server's layout whose regions are all one buffer of
+  // ours; the tests never let a request through with it.
+  ConnectMessage Connect(uint32_t gpus = 1, uint32_t nics = 2, uint32_t buffers = 2) const {
+    ConnectMessage m;
+    m.num_gpus = gpus;
+    m.nics_per_gpu = nics;
+    m.buffers_per_gpu = buffers;
+    for (uint32_t i = 0; i < gpus * nics; ++i) {
+      m.nic_addresses.push_back(net_.address());
+      for (uint32_t b = 0; b < buffers; ++b) {
+        m.regions.push_back(RemoteRegion{target_region_.remote_addr(), target_region_.size(),
+                                         target_region_.key()});
+      }
+    }
+    return m;
+  }
+
+ private:
+  static constexpr size_t kReplySlots = 4;
+  static constexpr size_t kReplySize = kMaxRejectReason + 64;
+
+  void ListenForReply(size_t slot) {
+    char* buf = static_cast<char*>(reply_buffer_.data()) + slot * kReplySize;
+    net_.PostRecv(buf, kReplySize, reply_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
+      if (op.ok()) {
+        try {
+          rejects_.push_back(DecodeReject(reinterpret_cast<uint8_t*>(buf), op.received).reason);
+        } catch (const ProtocolError& e) {
+          rejects_.push_back(std::string("unreadable: ") + e.what());
+        }
+      }
+      if (op.error != FI_ECANCELED) ListenForReply(slot);
+    });
+  }
+
+  std::vector<FiInfoPtr> infos_;
+  Network net_;
+  Buffer send_buffer_;
+  MemoryRegion send_region_;
+  Buffer target_;
+  MemoryRegion target_region_;
+  Buffer reply_buffer_;
+  MemoryRegion reply_region_;
+  fi_addr_t server_ = FI_ADDR_UNSPEC;
+  std::vector<std::string> rejects_;
+};
+
+std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::vector<uint8_t> bytes(n);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
+
+// A message cut to `keep` bytes; with `fix_header` the header announces the
+// shorter body, so only the body's own lengths give it away.
+std::vector<uint8_t> Truncated(std::vector<uint8_t> message, size_t keep, bool fix_header) {
+  message.resize(keep);
+  if (fix_header && keep >= kMessageHeaderSize) {
+    uint32_t body = static_cast<uint32_t>(keep - kMessageHeaderSize);
+    for (int i = 0; i < 4; ++i) message[8 + i] = static_cast<uint8_t>(body >> (8 * i));
+  }
+  return message;
+}
+
+std::vector<uint8_t> WithType(std::vector<uint8_t> message, uint32_t type) {
+  for (int i = 0; i < 4; ++i) message[4 + i] = static_cast<uint8_t>(type >> (8 * i));
+  return message;
+}
+
+RandomFillRequest Request(std::vector<uint32_t> indices, uint64_t page_size = kPageSize) {
+  RandomFillRequest r;
+  r.remote_context = 0x5EED;
+  r.seed = 42;
+  r.page_size = page_size;
+  r.page_indices = std::move(indices);
+  return r;
+}
+
+// One batch of hostile input: messages the server must drop, one line each.
+struct Batch {
+  std::string name;
+  std::vector<std::vector<uint8_t>> dropped;  // each must be dropped
+  // Sent before each dropped message (a valid CONNECT that the bad
+  // RANDOM_FILL then follows); not counted as bad.
+  std::vector<uint8_t> prelude;
+};
+
+std::vector<Batch> HostileBatches(const std::string& provider, const RawSender& sender,
+                                  const std::vector<uint8_t>& server_address) {
+  std::mt19937_64 rng(20261122);
+  std::vector<Batch> batches;
+  const std::vector<uint8_t> connect = Encode(sender.Connect());
+  const std::vector<uint8_t> request = Encode(Request({0, 1, 2, 3, 4, 5, 6, 7}));
+
+  Batch garbage{"garbage", {}, {}};
+  garbage.dropped.push_back({});  // an empty message
+  garbage.dropped.push_back(RandomBytes(rng, 5));
+  std::vector<uint8_t> bad_magic = connect;
+  bad_magic[0] ^= 0xFF;
+  garbage.dropped.push_back(bad_magic);
+  garbage.dropped.push_back(RandomBytes(rng, 300));
+  garbage.dropped.push_back(RandomBytes(rng, 65536));
+  batches.push_back(garbage);
+
+  Batch truncated{"truncated", {}, {}};
+  truncated.dropped.push_back(Truncated(connect, 11, false));
+  truncated.dropped.push_back(Truncated(connect, 20, false));
+  truncated.dropped.push_back(Truncated(connect, connect.size() / 2, true));
+  truncated.dropped.push_back(Truncated(connect, connect.size() - 1, true));
+  truncated.dropped.push_back(Truncated(request, 30, false));
+  truncated.dropped.push_back(Truncated(request, request.size() - 4, true));
+  batches.push_back(truncated);
+
+  Batch order{"wrong type or order", {}, {}};
+  order.dropped.push_back(WithType(request, 99));
+  order.dropped.push_back(Encode(RejectMessage{"a client has no business rejecting"}));
+  order.dropped.push_back(request);  // RANDOM_FILL before CONNECT
+  batches.push_back(order);
+
+  Batch layout{"wrong layout", {}, {}};
+  layout.dropped.push_back(Encode(sender.Connect(2, 2, 2)));
+  layout.dropped.push_back(Encode(sender.Connect(1, 3, 2)));
+  layout.dropped.push_back(Encode(sender.Connect(1, 2, 3)));
+  ConnectMessage empty_region = sender.Connect();
+  empty_region.regions[1].size = 0;
+  layout.dropped.push_back(Encode(empty_region));
+  ConnectMessage wrapping = sender.Connect();
+  wrapping.regions[2].addr = std::numeric_limits<uint64_t>::max() - 100;
+  layout.dropped.push_back(Encode(wrapping));
+  batches.push_back(layout);
+
+  // Each after a valid CONNECT.
+  Batch requests{"bad RANDOM_FILL after a good CONNECT", {}, connect};
+  uint32_t slots = kBufferSize / kPageSize;
+  requests.dropped.push_back(Encode(Request({0, slots})));               // index outside
+  requests.dropped.push_back(Encode(Request({7, 3, 7})));                // repeated
+  requests.dropped.push_back(Encode(Request({0}, 12)));                  // not a multiple of 8
+  requests.dropped.push_back(Encode(Request({0}, 0)));                   // empty pages
+  requests.dropped.push_back(Encode(Request({0, 1}, 2 * kBufferSize)));  // larger than buffers
+  std::vector<uint32_t> too_many(slots + 1);
+  for (uint32_t i = 0; i < too_many.size(); ++i) too_many[i] = i;
+  requests.dropped.push_back(Encode(Request(too_many)));  // more pages than slots
+  batches.push_back(requests);
+
+  // A CONNECT claiming exabyte regions: the checks must not size anything
+  // by what a client claims.
+  Batch huge{"exabyte regions", {}, {}};
+  ConnectMessage claims = sender.Connect();
+  for (auto& region : claims.regions) region.size = uint64_t{1} << 62;
+  huge.prelude = Encode(claims);
+  huge.dropped.push_back(Encode(Request({5, 5}, 8)));
+  batches.push_back(huge);
+
+  // Addresses the provider's AV would refuse or misread, and the server's
+  // own address (writes "to the client" would land in the server).
+  Batch addresses{"bad client addresses", {}, {}};
+  ConnectMessage bad = sender.Connect();
+  if (provider == "shm") {
+    bad.nic_addresses[1] = {'f', 'i', '_', 's', 'h', 'm'};  // no terminating NUL
+  } else {
+    bad.nic_addresses[1] = {2, 0, 0, 1};  // 4 bytes are no sockaddr_in
+  }
+  addresses.dropped.push_back(Encode(bad));
+  ConnectMessage family = sender.Connect();
+  family.nic_addresses[0].assign(family.nic_addresses[0].size(), 0);  // poisons tcp's AV
+  addresses.dropped.push_back(Encode(family));
+  ConnectMessage self = sender.Connect();
+  self.nic_addresses[1] = server_address;
+  addresses.dropped.push_back(Encode(self));
+  if (provider == "shm") {
+    // Names shm takes without a word, then crashes on (see network.cc).
+    for (std::string name : {"fi_shm://999999:0:0", "fi_shm://../../etc/passwd"}) {
+      ConnectMessage missing = sender.Connect();
+      missing.nic_addresses[1].assign(name.begin(), name.end());
+      missing.nic_addresses[1].push_back(0);
+      addresses.dropped.push_back(Encode(missing));
+    }
+  }
+  batches.push_back(addresses);
+  return batches;
+}
+
+// Longer than the server's receive buffers.
+std::vector<uint8_t> OversizedMessage() {
+  return Encode(Request(std::vector<uint32_t>(kMaxMessageSize / 4, 1)));
+}
+
+class ReliabilityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, 2);
+  RawSender sender(provider, server.address());
+  auto poll = [&] { sender.Poll(); };
+
+  size_t sent = 0, good = 0, rounds = 0;
+  std::string why;
+  std::vector<Batch> batches = HostileBatches(provider, sender, server.address());
+  if (provider == "tcp") {
+    // The receive completes with FI_ETRUNC. (shm: see OversizedMessage.)
+    batches.push_back(Batch{"oversized", {OversizedMessage()}, {}});
+  }
+  for (const Batch& batch : batches) {
+    size_t expected = server.dropped() + batch.dropped.size();
+    for (const auto& message : batch.dropped) {
+      if (!batch.prelude.empty()) {
+        ASSERT_TRUE(sender.Send(batch.prelude)) << batch.name << server.log();
+      }
+      // The provider may fail an oversized send on our side too; the
+      // server drops whatever arrives.
+      sender.Send(message);
+      ++sent;
+    }
+    EXPECT_TRUE(server.WaitUntil([&] { return server.dropped(); }, expected, 30, poll))
+        << batch.name << ": dropped " << server.dropped() << " of " << expected << "\n"
+        << server.log();
+    ++rounds;
+    if (GoodClientServed(provider, server, &why)) {
+      ++good;
+    } else {
+      ADD_FAILURE() << "after " << batch.name << ": " << why;
+    }
+    EXPECT_TRUE(server.process().running()) << server.log();
+  }
+  // Requests that were well formed but unservable got a REJECT back.
+  EXPECT_TRUE(server.WaitUntil([&] { return sender.rejects().size(); }, 1, 10, poll));
+
+  // A client the provider accepts but cannot reach (tcp: nobody listens):
+  // the writes fail and the transfer is abandoned.
+  size_t unreachable = 0;
+  if (provider == "tcp") {
+    ConnectMessage gone = sender.Connect();
+    for (auto& address : gone.nic_addresses) {
+      address = {2, 0, 0, 1, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};  // 127.0.0.1:1
+    }
+    size_t abandoned = server.abandoned();
+    ASSERT_TRUE(sender.Send(Encode(gone)));
+    ASSERT_TRUE(sender.Send(Encode(Request({0, 1, 2, 3}))));
+    EXPECT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, abandoned + 1, 40, poll))
+        << server.log();
+    std::printf("reliability: tcp client nobody listens for: %s",
+                LastLineWith(server.out(), "Transfer abandoned").c_str());
+    ++unreachable;
+    ++rounds;
+    if (GoodClientServed(provider, server, &why)) {
+      ++good;
+    } else {
+      ADD_FAILURE() << "after an unreachable client: " << why;
+    }
+  }
+
+  size_t dropped = server.dropped();
+  std::printf(
+      "reliability: sent %zu bad messages over %s; the server dropped %zu, answered %zu with "
+      "REJECT, abandoned %zu transfer(s) to an unreachable client, and served the next good "
+      "client %zu/%zu times\n",
+      sent, provider.c_str(), dropped, sender.rejects().size(), unreachable, good, rounds);
+  EXPECT_EQ(dropped, sent) << server.log();
+  EXPECT_EQ(good, rounds);
+  server.StopAndCheck();
+}
+
+// A SEND longer than the server's receive buffers. tcp fails the receive
+// with FI_ETRUNC and the server goes on. shm copies a message that large
+// with CMA (process_vm_readv) in a loop that never ends once the receive
+// buffer is full (libfabric 1.17, and 1.22 still), holding a lock its
+// peers need: the server's watchdog must end it within bounded time, with
+// one line and exit code 1, its files removed. (Where shm cannot use CMA it
+// copies through its bounce buffers, truncates, and the server goes on.)
+TEST_P(ReliabilityTest, OversizedMessage) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, 2);
+  pid_t pid = server.process().pid();
+  auto sent_at = SteadyClock::now();
+  {
+    RawSender sender(provider, server.address());
+    sender.Send(OversizedMessage());
+  }
+  if (provider == "shm") {
+    // Either the server is stuck (and ends itself) or it is fine.
+    int code = server.process().Wait(30);
+    double seconds = std::chrono::duration<double>(SteadyClock::now() - sent_at).count();
+    if (code != -1) {
+      EXPECT_EQ(code, 1) << server.log();
+      EXPECT_NE(server.err().find("stuck inside one libfabric call"), std::string::npos)
+          << server.log();
+      EXPECT_EQ(CountLines(server.err(), "\n"), 1u) << server.log();
+      EXPECT_TRUE(ShmFilesOf(pid).empty()) << Joined(ShmFilesOf(pid));
+      std::printf(
+          "reliability: an oversized SEND over shm made libfabric spin inside the server; its "
+          "watchdog ended it after %.1f s with exit code 1 and no files left behind\n",
+          seconds);
+      return;
+    }
+  } else {
+    EXPECT_TRUE(server.WaitUntil([&] { return server.dropped(); }, 1, 30,
+                                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }))
+        << server.log();
+    EXPECT_NE(server.err().find("Truncation error"), std::string::npos) << server.log();
+  }
+  std::string why;
+  EXPECT_TRUE(GoodClientServed(provider, server, &why)) << why;
+  std::printf(
+      "reliability: an oversized SEND over %s was dropped and the server served the next "
+      "good client\n",
+      provider.c_str());
+  server.StopAndCheck();
+}
+
+// Starts a long transfer (256 pages x 2 buffers x 2000 repeats) and returns
+// once the server is writing.
+std::unique_ptr<Process> StartLongClient(const std::string& provider, LiveServer& server,
+                                         const TempDir& dir, double timeout) {
+  auto client = std::make_unique<Process>(ClientArgs(provider, server.address_hex(), 256, timeout),
+                                          dir.File("client.out"), dir.File("client.err"));
+  EXPECT_TRUE(WaitForText(dir.File("client.out"), "Waiting for the server's writes", 60))
+      << ReadFile(dir.File("client.err")) << server.log();
+  return client;
+}
+
+bool WaitForWrites(const LiveServer& server, size_t transfers_before, double seconds) {
+  return server.WaitUntil([&] { return CountLines(server.out(), "Started RDMA WRITE"); },
+                          transfers_before + 1, seconds,
+                          [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+}
+
+constexpr uint64_t kLongRepeat = 2000;
+
+TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, kLongRepeat);
+  constexpr size_t kKills = 1;
+  size_t good = 0;
+  for (size_t round = 0; round < kKills; ++round) {
+    TempDir dir;
+    size_t started = CountLines(server.out(), "Started RDMA WRITE");
+    size_t abandoned = server.abandoned();
+    auto client = StartLongClient(provider, server, dir, 120);
+    ASSERT_TRUE(WaitForWrites(server, started, 60)) << server.log();
+    pid_t pid = client->pid();
+    client->Signal(SIGKILL);
+    EXPECT_EQ(client->Wait(10), 128 + SIGKILL);
+    RemoveShmFilesOf(pid);
+    auto killed_at = SteadyClock::now();
+    ASSERT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, abandoned + 1, 40,
+                                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }))
+        << server.log();
+    double seconds = std::chrono::duration<double>(SteadyClock::now() - killed_at).count();
+    std::printf("reliability: %s client killed mid-transfer; abandoned after %.2f s: %s",
+                provider.c_str(), seconds,
+                LastLineWith(server.out(), "Transfer abandoned").c_str());
+    ASSERT_TRUE(server.process().running()) << server.log();
+    std::string why;
+    if (GoodClientServed(provider, server, &why)) {
+      ++good;
+    } else {
+      ADD_FAILURE() << why;
+    }
+  }
+  std::printf(
+      "reliability: killed %zu clients mid-transfer over %s; the server abandoned each transfer "
+      "and served the next good client %zu/%zu times\n",
+      kKills, provider.c_str(), good, kKills);
+  EXPECT_EQ(good, kKills);
+  server.StopAndCheck();
+}
+
+// A client that stops answering without dying (SIGSTOP): no error ever
+// comes, so the server's stall watchdog must end the transfer.
+TEST_P(ReliabilityTest, ClientFrozenMidTransfer) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, kLongRepeat);
+  TempDir dir;
+  auto client = StartLongClient(provider, server, dir, 120);
+  ASSERT_TRUE(WaitForWrites(server, 0, 60)) << server.log();
+  client->Signal(SIGSTOP);
+  auto frozen_at = SteadyClock::now();
+  bool abandoned =
+      server.WaitUntil([&] { return server.abandoned(); }, 1, 60,
+                       [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  double seconds = std::chrono::duration<double>(SteadyClock::now() - frozen_at).count();
+  pid_t pid = client->pid();
+  client->Signal(SIGKILL);
+  client->Signal(SIGCONT);
+  client->Wait(10);
+  RemoveShmFilesOf(pid);
+  ASSERT_TRUE(abandoned) << server.log();
+  std::printf("reliability: %s client frozen mid-transfer; abandoned after %.1f s: %s",
+              provider.c_str(), seconds, LastLineWith(server.out(), "Transfer abandoned").c_str());
+  std::string why;
+  EXPECT_TRUE(GoodClientServed(provider, server, &why)) << why;
+  server.StopAndCheck();
+}
+
+TEST_P(ReliabilityTest, ClientInterruptedMidTransfer) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, kLongRepeat);
+  TempDir dir;
+  auto client = StartLongClient(provider, server, dir, 120);
+  ASSERT_TRUE(WaitForWrites(server, 0, 60)) << server.log();
+  pid_t pid = client->pid();
+  client->Signal(SIGINT);
+  EXPECT_EQ(client->Wait(20), 1) << ReadFile(dir.File("client.err"));
+  std::string err = ReadFile(dir.File("client.err"));
+  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
+  EXPECT_EQ(CountLines(err, "\n"), 1u) << err;
+  EXPECT_TRUE(ShmFilesOf(pid).empty()) << Joined(ShmFilesOf(pid));
+  EXPECT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, 1, 40,
+                               [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }))
+      << server.log();
+  std::string why;
+  EXPECT_TRUE(GoodClientServed(provider, server, &why)) << why;
+  server.StopAndCheck();
+}
+
+TEST_P(ReliabilityTest, ServerInterruptedMidTransfer) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, kLongRepeat);
+  TempDir dir;
+  auto client = StartLongClient(provider, server, dir, 120);
+  ASSERT_TRUE(WaitForWrites(server, 0, 60)) << server.log();
+  server.StopAndCheck();  // exit 0, promptly, "Stopping", no shm files
+  EXPECT_NE(server.out().find("Transfer abandoned: interrupted"), std::string::npos)
+      << server.log();
+  // The client, left waiting, is stopped the same way.
+  pid_t pid = client->pid();
+  client->Signal(SIGINT);
+  EXPECT_EQ(client->Wait(20), 1);
+  std::string err = ReadFile(dir.File("client.err"));
+  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
+  EXPECT_TRUE(ShmFilesOf(pid).empty()) << Joined(ShmFilesOf(pid));
+}
+
+TEST_P(ReliabilityTest, ServerKilledClientGivesUpWithinItsTimeout) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, kLongRepeat);
+  TempDir dir;
+  constexpr double kTimeout = 3;
+  auto client = StartLongClient(provider, server, dir, kTimeout);
+  ASSERT_TRUE(WaitForWrites(server, 0, 60)) << server.log();
+  pid_t server_pid = server.process().pid();
+  server.process().Signal(SIGKILL);
+  server.process().Wait(10);
+  RemoveShmFilesOf(server_pid);
+  auto start = SteadyClock::now();
+  EXPECT_EQ(client->Wait(kTimeout + 30), 1);
+  double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  std::string err = ReadFile(dir.File("client.err"));
+  // Usually the client's --timeout tells. A shm server killed while it held
+  // its queue's lock leaves the client spinning inside libfabric; then the
+  // client's watchdog ends it, after 10 s.
+  bool timed_out = err.find("timed out") != std::string::npos &&
+                   err.find("is the server still running?") != std::string::npos;
+  bool stuck = err.find("stuck inside one libfabric call") != std::string::npos;
+  EXPECT_TRUE(timed_out || stuck) << err;
+  EXPECT_LT(seconds, (stuck ? 10 : kTimeout) + 10) << err;
+  EXPECT_EQ(CountLines(err, "\n"), 1u) << err;
+  std::printf("reliability: %s server killed mid-transfer; the client gave up after %.1f s: %s",
+              provider.c_str(), seconds, err.c_str());
+  EXPECT_TRUE(ShmFilesOf(client->pid()).empty());
+}
+
+// What the server does to a NIC it cannot drain: a fresh endpoint, CQ and
+// AV on the same domain, at the same address, and registrations that still
+// work.
+TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
+  const std::string provider = GetParam();
+  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
+  Network a(*infos[0]);
+  Network b(*infos[0]);
+  Buffer a_buf = Buffer::Allocate(MemoryKind::kHost, -1, 4096);
+  Buffer b_buf = Buffer::Allocate(MemoryKind::kHost, -1, 4096);
+  MemoryRegion a_mr = a.Register(a_buf);
+  MemoryRegion b_mr = b.Register(b_buf);
+  std::vector<uint8_t> old_address = b.address();
+  b.ResetEndpoint(/*keep_address=*/true);
+  EXPECT_EQ(b.address(), old_address);
+  EXPECT_FALSE(b.needs_reset());
+
+  fi_addr_t b_in_a = a.AddPeer(b.address());
+  size_t received = 0;
+  b.PostRecv(b_buf.data(), 4096, b_mr.desc(), [&](Network&, RdmaOp& op) {
+    EXPECT_TRUE(op.ok()) << op.error_message;
+    received = op.received;
+  });
+  std::memcpy(a_buf.data(), "after reset", 12);
+  bool sent = false;
+  a.PostSend(b_in_a, a_buf.data(), 12, a_mr.desc(), [&](Network&, RdmaOp& op) {
+    EXPECT_TRUE(op.ok()) << op.error_message;
+    sent = true;
+  });
+  auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while ((!sent || received == 0) && SteadyClock::now() < deadline) {
+    a.PollCompletion();
+    b.PollCompletion();
+  }
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(received, 12u);
+  EXPECT_STREQ(static_cast<const char*>(b_buf.data()), "after reset");
+  a.CloseEndpoint();
+  b.CloseEndpoint();
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, ReliabilityTest, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+}  // namespace
+}  // namespace tutorial::testing
