@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -46,6 +47,20 @@ FiInfoPtr MakeHints(const FabricChoice& choice) {
   hints->tx_attr->op_flags = FI_COMPLETION;
   hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
   return hints;
+}
+
+// Closes a libfabric object now and says so when the provider refuses: a
+// close out of order (a domain with registrations still open) answers
+// -FI_EBUSY.
+template <typename T>
+void CloseNow(FidPtr<T>& object, const std::string& nic, const char* what) {
+  T* raw = object.release();
+  if (raw == nullptr) return;
+  int ret = fi_close(&raw->fid);
+  if (ret != 0) {
+    std::fprintf(stderr, "warning: fi_close(%s) of %s failed: %s\n", what, nic.c_str(),
+                 fi_strerror(-ret));
+  }
 }
 
 }  // namespace
@@ -161,14 +176,14 @@ Network::~Network() {
   // then its completion queue and address vector, the domain, the fabric.
   // Registrations (owned elsewhere) are closed before this runs.
   CloseEndpoint();
-  domain_.reset();
-  fabric_.reset();
+  CloseNow(domain_, name_, "domain");
+  CloseNow(fabric_, name_, "fabric");
 }
 
 void Network::CloseEndpoint() {
-  ep_.reset();
-  cq_.reset();
-  av_.reset();
+  CloseNow(ep_, name_, "endpoint");
+  CloseNow(cq_, name_, "completion queue");
+  CloseNow(av_, name_, "address vector");
   // The provider holds no context of ours any more.
   free_ops_.clear();
   for (auto& chunk : op_chunks_) {
@@ -188,21 +203,38 @@ void Network::CloseEndpoint() {
 }
 
 void Network::ResetEndpoint(bool keep_address) {
+  if (keep_address) {
+    ReopenAt(std::vector<uint8_t>(address_));
+    return;
+  }
   if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
     throw RuntimeError(name_ +
                        ": cannot reset the endpoint: the provider binds memory registrations "
                        "to it (FI_MR_ENDPOINT)");
   }
-  std::vector<uint8_t> old_address = address_;
   CloseEndpoint();
   try {
-    OpenEndpoint(keep_address ? &old_address : nullptr);
+    OpenEndpoint(nullptr);
   } catch (const RuntimeError& e) {
-    throw RuntimeError(name_ + ": cannot reopen the endpoint" +
-                       (keep_address ? " with its old address" : "") + ": " + e.what());
+    throw RuntimeError(name_ + ": cannot reopen the endpoint: " + e.what());
   }
-  if (keep_address && address_ != old_address) {
-    throw RuntimeError(name_ + ": the reopened endpoint did not keep its address");
+  av_damaged_ = false;
+}
+
+void Network::ReopenAt(const std::vector<uint8_t>& address) {
+  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    throw RuntimeError(name_ +
+                       ": cannot reset the endpoint: the provider binds memory registrations "
+                       "to it (FI_MR_ENDPOINT)");
+  }
+  CloseEndpoint();
+  try {
+    OpenEndpoint(&address);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(name_ + ": cannot reopen the endpoint at its address: " + e.what());
+  }
+  if (address_ != address) {
+    throw RuntimeError(name_ + ": the reopened endpoint did not take its address");
   }
   av_damaged_ = false;
 }

@@ -180,6 +180,9 @@ class Network {
   // takes its old address again (fi_setname) and RuntimeError is thrown
   // when the provider cannot.
   void ResetEndpoint(bool keep_address);
+  // The same, taking `address` (a restarted server takes back the address
+  // its clients know). Throws RuntimeError when the provider cannot.
+  void ReopenAt(const std::vector<uint8_t>& address);
   // Closes the endpoint, completion queue and address vector now, before
   // memory registered with them is freed; the domain stays for the
   // registrations still open. Nothing may be posted afterwards.

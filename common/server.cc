@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <iostream>
@@ -210,6 +211,24 @@ class TransferWatch {
   mutable std::mutex reason_mutex_;
   std::string reason_;
 };
+
+// A server restarted in place by its watchdog finds NIC 0's old address in
+// its environment and takes it back: shm's is the same already (it is made
+// of the process id, which execve keeps), tcp's port has to be asked for.
+void TakeBackAddressAfterRestart(Network& nic0) {
+  const char* hex = std::getenv(kRestartAddressVariable);
+  if (hex == nullptr) return;
+  const char* count = std::getenv(kRestartCountVariable);
+  std::printf("Restarted in place after a provider call got stuck (restart %s of at most %d).\n",
+              count != nullptr ? count : "?", StuckPolicy::kMaxRestarts);
+  try {
+    std::vector<uint8_t> address = FromHex(hex);
+    if (address != nic0.address()) nic0.ReopenAt(address);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
+    nic0.ResetEndpoint(/*keep_address=*/false);
+  }
+}
 
 // Serves RANDOM_FILL requests, one client at a time.
 class RandomFillServer {
@@ -628,12 +647,18 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;
+    TakeBackAddressAfterRestart(node.net(0, 0));
     // Bounds what no loop of ours can: a thread stuck inside the provider.
+    // A server restarts in place (clients keep its address); with --once it
+    // ends, as its one transfer has failed.
     std::vector<Network*> nets;
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
     }
-    ProviderWatchdog watchdog(program, nets, kStuckSeconds);
+    StuckPolicy policy;
+    if (!options.once) policy.restart_argv.assign(argv, argv + argc);
+    policy.address_hex = ToHex(node.net(0, 0).address());
+    ProviderWatchdog watchdog(program, nets, kStuckSeconds, policy);
     RandomFillServer server(options, chapter, node, run_writer);
     return server.Run();
   });

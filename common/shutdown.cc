@@ -1,16 +1,22 @@
 #include "common/shutdown.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/network.h"
+
+extern char** environ;
 
 namespace tutorial {
 namespace {
@@ -18,6 +24,34 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 extern "C" void OnStopSignal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+// The stuck thread may hold stdio's locks; write(2) takes none.
+void WriteLine(int fd, const std::string& line) {
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = write(fd, line.data() + done, line.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+int RestartsSoFar() {
+  const char* value = std::getenv(kRestartCountVariable);
+  return value != nullptr ? std::atoi(value) : 0;
+}
+
+// Closes every descriptor but stdin, stdout and stderr, so that the new
+// image inherits no socket (tcp's listening port) and no provider file.
+void CloseDescriptorsAbove2() {
+#if defined(SYS_close_range)
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return;
+#endif
+  rlimit limit{};
+  int last = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                 ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 16))
+                 : 1 << 16;
+  for (int fd = 3; fd < last; ++fd) close(fd);
+}
 
 }  // namespace
 
@@ -44,8 +78,11 @@ void UnlinkProviderFiles(const Network& network) {
 }
 
 ProviderWatchdog::ProviderWatchdog(std::string program, std::vector<Network*> networks,
-                                   double stuck_seconds)
-    : program_(std::move(program)), networks_(std::move(networks)), stuck_seconds_(stuck_seconds) {
+                                   double stuck_seconds, StuckPolicy policy)
+    : program_(std::move(program)),
+      networks_(std::move(networks)),
+      stuck_seconds_(stuck_seconds),
+      policy_(std::move(policy)) {
   thread_ = std::thread([this] { Watch(); });
 }
 
@@ -76,25 +113,56 @@ void ProviderWatchdog::Watch() {
       if (started != seen[i].started || finished != seen[i].finished || started == finished) {
         seen[i] = Seen{started, finished, now};
       } else if (std::chrono::duration<double>(now - seen[i].since).count() > stuck_seconds_) {
-        ExitStuck(i);
+        EndStuck(i);
       }
     }
   }
 }
 
-void ProviderWatchdog::ExitStuck(size_t index) {
-  char line[512];
-  int n = std::snprintf(line, sizeof(line),
-                        "%s: error: NIC %zu (%s) has been stuck inside one libfabric call for "
-                        "%.0f s (libfabric 1.17's shm spins forever on a message longer than "
-                        "the receive posted for it, and its peers then wait on it); exiting\n",
-                        program_.c_str(), index, networks_[index]->name().c_str(), stuck_seconds_);
-  // The stuck thread may hold stdio's locks; write(2) takes none.
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, std::min<size_t>(n, sizeof(line) - 1));
-    (void)ignored;
+void ProviderWatchdog::EndStuck(size_t index) {
+  char what[320];
+  std::snprintf(what, sizeof(what),
+                "NIC %zu (%s) has been stuck inside one libfabric call for %.0f s (shm spins "
+                "forever on a lock held by a peer that died or stopped, or on a message longer "
+                "than its receive)",
+                index, networks_[index]->name().c_str(), stuck_seconds_);
+  int restarts = RestartsSoFar();
+  bool restart =
+      !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;
+  if (!restart) {
+    WriteLine(STDERR_FILENO, program_ + ": error: " + what + "; exiting\n");
+    for (Network* net : networks_) UnlinkProviderFiles(*net);
+    _exit(1);
   }
+  WriteLine(STDERR_FILENO, program_ + ": error: " + what +
+                               "; restarting in place (same process id and address, restart " +
+                               std::to_string(restarts + 1) + " of at most " +
+                               std::to_string(StuckPolicy::kMaxRestarts) + ")\n");
+  WriteLine(STDOUT_FILENO, std::string("Restarting: ") + what + "\n");
+  // The new image creates the same shm names: the old files must be gone.
   for (Network* net : networks_) UnlinkProviderFiles(*net);
+  CloseDescriptorsAbove2();
+
+  // A fresh environment array: setenv is not safe with other threads alive.
+  std::vector<std::string> variables;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string variable = *e;
+    if (variable.rfind(std::string(kRestartAddressVariable) + "=", 0) == 0 ||
+        variable.rfind(std::string(kRestartCountVariable) + "=", 0) == 0) {
+      continue;
+    }
+    variables.push_back(std::move(variable));
+  }
+  variables.push_back(std::string(kRestartAddressVariable) + "=" + policy_.address_hex);
+  variables.push_back(std::string(kRestartCountVariable) + "=" + std::to_string(restarts + 1));
+  std::vector<char*> envp;
+  for (auto& variable : variables) envp.push_back(variable.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (auto& arg : policy_.restart_argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execve("/proc/self/exe", argv.data(), envp.data());
+  WriteLine(STDERR_FILENO, program_ + ": error: restart failed: " + std::strerror(errno) + "\n");
   _exit(1);
 }
 

@@ -4,11 +4,16 @@
 // and unwind normally, so every libfabric and CUDA handle is closed by its
 // destructor (and shm leaves no files behind).
 //
-// One thing no loop of ours can end is a thread stuck inside the provider:
-// libfabric 1.17's shm (and 1.22's, the code is the same) copies a message
-// longer than the receive posted for it in an endless loop, holding a lock
-// that every peer's next send then spins on. The ProviderWatchdog turns
-// that into one line on stderr and exit code 1, with the shm files removed.
+// One thing no loop of ours can end is a thread stuck inside the provider.
+// shm keeps its queues in shared memory behind spin locks: a peer killed or
+// stopped while it holds one leaves every later write to it spinning; and
+// libfabric 1.17 (1.22 too, the code is the same) copies a message longer
+// than the receive posted for it in an endless loop, holding its own lock.
+// The ProviderWatchdog notices a provider call that has not returned for a
+// while and, with one line on stderr, either ends the process (exit code 1,
+// shm files removed) or, for a server, restarts it in place: execve keeps
+// the process id, which shm's addresses are made of, and NIC 0 takes back
+// its old address, so clients find the same server again.
 #pragma once
 
 #include <condition_variable>
@@ -24,21 +29,36 @@ class Network;
 void InstallStopHandlers();
 bool StopRequested();
 
+// Set in the environment of a server restarted in place: NIC 0's address
+// (hex) to take back, and how many restarts happened so far.
+constexpr char kRestartAddressVariable[] = "TUTORIAL_SERVER_ADDRESS";
+constexpr char kRestartCountVariable[] = "TUTORIAL_SERVER_RESTARTS";
+
+// What a stuck process does: exit 1, or (given `restart_argv`) restart in
+// place with NIC 0 at `address_hex`, at most kMaxRestarts times.
+struct StuckPolicy {
+  std::vector<std::string> restart_argv;  // empty: exit
+  std::string address_hex;
+  static constexpr int kMaxRestarts = 5;
+};
+
 class ProviderWatchdog {
  public:
   // Watches `networks` (which must outlive it) from a thread of its own.
-  ProviderWatchdog(std::string program, std::vector<Network*> networks, double stuck_seconds);
+  ProviderWatchdog(std::string program, std::vector<Network*> networks, double stuck_seconds,
+                   StuckPolicy policy = {});
   ~ProviderWatchdog();
   ProviderWatchdog(const ProviderWatchdog&) = delete;
   ProviderWatchdog& operator=(const ProviderWatchdog&) = delete;
 
  private:
   void Watch();
-  [[noreturn]] void ExitStuck(size_t index);
+  [[noreturn]] void EndStuck(size_t index);
 
   std::string program_;
   std::vector<Network*> networks_;
   double stuck_seconds_;
+  StuckPolicy policy_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
