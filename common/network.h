@@ -16,6 +16,11 @@
 // So a Network can cancel what it still queues itself, detach what the
 // provider keeps (no callback can then reach a caller that is gone), and
 // reset its endpoint, which makes the provider forget everything.
+// Two shm hazards no Network can undo, only avoid or outlast: an address
+// inserted for a process that does not exist crashes the first write once
+// fi_av_remove has left a stale peer behind (so AddPeer checks the peer
+// exists), and a thread can spin forever inside shm on a dead or stopped
+// peer's lock (so ProviderWatchdog, common/shutdown.h, watches the calls).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -192,10 +197,10 @@ class Network {
   bool needs_reset() const { return detached_ > 0 || av_damaged_; }
   size_t detached() const { return detached_; }
 
-  // Sends and writes completed so far (errors included) and errors that
-  // named no operation; safe to read from any thread (a watchdog's view of
-  // progress: receives do not count, so a flood of messages cannot hide a
-  // transfer that stopped).
+  // Sends and writes completed so far, errors included (receives do not
+  // count, so a flood of messages cannot hide a transfer that stopped), and
+  // error completions that named no operation. Safe to read from any
+  // thread: a watchdog's view of progress.
   uint64_t transmit_completions() const {
     return transmit_completions_.load(std::memory_order_relaxed);
   }
