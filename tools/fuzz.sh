@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
+keep=${FUZZ_OUT:+yes}
 out=${FUZZ_OUT:-$(mktemp -d -t tutorial-fuzz.XXXXXX)}
 mkdir -p "$out/corpus" "$out/seeds"
 cxx=${CXX_FUZZ:-clang++}
@@ -36,6 +37,8 @@ ASAN_OPTIONS=detect_leaks=1 \
 runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/fuzz.log" | tail -1)
 if [[ $status -eq 0 ]]; then
   echo "fuzz: passed: ${runs:-?} inputs in ${seconds} s, $(ls "$out/corpus" | wc -l) in the corpus"
+  # A temporary folder goes; one named by FUZZ_OUT, or a failure's, stays.
+  [[ -n $keep ]] || rm -rf "$out"
 else
   echo "fuzz: FAILED (exit $status) after ${runs:-?} inputs; the log's end:"
   tail -n 40 "$out/fuzz.log"
