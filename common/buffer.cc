@@ -188,6 +188,7 @@ int Buffer::DmabufFd() const {
 
 void Buffer::CopyFromHost(size_t offset, const void* src, size_t length) {
   if (offset > size_ || length > size_ - offset) throw RuntimeError("CopyFromHost out of range");
+  if (length == 0) return;  // memcpy from a null source is undefined even for 0 bytes
   if (kind_ == MemoryKind::kHost) {
     std::memcpy(static_cast<char*>(data_) + offset, src, length);
     return;
@@ -201,6 +202,7 @@ void Buffer::CopyFromHost(size_t offset, const void* src, size_t length) {
 
 void Buffer::CopyToHost(size_t offset, void* dst, size_t length) const {
   if (offset > size_ || length > size_ - offset) throw RuntimeError("CopyToHost out of range");
+  if (length == 0) return;
   if (kind_ == MemoryKind::kHost) {
     std::memcpy(dst, static_cast<const char*>(data_) + offset, length);
     return;
