@@ -207,21 +207,19 @@ void Network::ResetEndpoint(bool keep_address) {
     ReopenAt(std::vector<uint8_t>(address_));
     return;
   }
-  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-    throw RuntimeError(name_ +
-                       ": cannot reset the endpoint: the provider binds memory registrations "
-                       "to it (FI_MR_ENDPOINT)");
-  }
-  CloseEndpoint();
-  try {
-    OpenEndpoint(nullptr);
-  } catch (const RuntimeError& e) {
-    throw RuntimeError(name_ + ": cannot reopen the endpoint: " + e.what());
-  }
+  Reopen(nullptr);
   av_damaged_ = false;
 }
 
 void Network::ReopenAt(const std::vector<uint8_t>& address) {
+  Reopen(&address);
+  if (address_ != address) {
+    throw RuntimeError(name_ + ": the reopened endpoint did not take its address");
+  }
+  av_damaged_ = false;
+}
+
+void Network::Reopen(const std::vector<uint8_t>* address) {
   if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
     throw RuntimeError(name_ +
                        ": cannot reset the endpoint: the provider binds memory registrations "
@@ -229,14 +227,13 @@ void Network::ReopenAt(const std::vector<uint8_t>& address) {
   }
   CloseEndpoint();
   try {
-    OpenEndpoint(&address);
+    OpenEndpoint(address);
   } catch (const RuntimeError& e) {
-    throw RuntimeError(name_ + ": cannot reopen the endpoint at its address: " + e.what());
+    throw RuntimeError(name_ +
+                       (address ? ": cannot reopen the endpoint at its address: "
+                                : ": cannot reopen the endpoint: ") +
+                       e.what());
   }
-  if (address_ != address) {
-    throw RuntimeError(name_ + ": the reopened endpoint did not take its address");
-  }
-  av_damaged_ = false;
 }
 
 double Network::link_gbps() const {

@@ -222,6 +222,8 @@ class Network {
   size_t outstanding_transmits() const { return outstanding_ - outstanding_recvs_; }
 
  private:
+  // Closes the endpoint and opens a new one (at `address` when given).
+  void Reopen(const std::vector<uint8_t>* address);
   void OpenEndpoint(const std::vector<uint8_t>* name);
   RdmaOp* NewOp(OpType type, OpCallback&& callback);
   void FreeOp(RdmaOp* op);
