@@ -98,32 +98,39 @@ class RandomFillClient {
   }
 
   // Waits for the final write of every NIC. One thread per GPU group polls
-  // that group's NICs: shm moves data in the target's progress calls (its
-  // CUDA IPC copies too), so a single thread polling every NIC would make
-  // the client, not the server, the bottleneck of a many-NIC run.
+  // that group's NICs, or with --poll-threads nic one thread per NIC: shm
+  // moves data in the target's progress calls (its CUDA IPC copies too, one
+  // blocking cudaMemcpy at a time per thread), so a single thread polling
+  // every NIC would make the client, not the server, the bottleneck.
   void WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
     std::mutex error_mutex;
     std::string error;
     std::vector<std::thread> threads;
+    bool thread_per_nic = options_.poll_threads == "nic";
+    size_t nics_per_thread = thread_per_nic ? 1 : node_.nics_per_gpu();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      threads.emplace_back([&, g] {
-        try {
-          MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
-          while (!stop.load(std::memory_order_relaxed)) {
-            for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
-            if (notices_.load(std::memory_order_relaxed) >= expected ||
-                rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
-                Clock::now() > deadline) {
-              stop = true;
+      for (size_t first = 0; first < node_.nics_per_gpu(); first += nics_per_thread) {
+        threads.emplace_back([&, g, first] {
+          try {
+            MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
+            while (!stop.load(std::memory_order_relaxed)) {
+              for (size_t n = first; n < first + nics_per_thread; ++n) {
+                node_.net(g, n).PollCompletion();
+              }
+              if (notices_.load(std::memory_order_relaxed) >= expected ||
+                  rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
+                  Clock::now() > deadline) {
+                stop = true;
+              }
             }
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (error.empty()) error = e.what();
+            stop = true;
           }
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (error.empty()) error = e.what();
-          stop = true;
-        }
-      });
+        });
+      }
     }
     for (auto& t : threads) t.join();
     ThrowIfRejected();

@@ -136,24 +136,26 @@ def chapter_args(args, memory, size, gpus, nics):
 
 def phase_chapters(args, phase, memory, sizes, gpus, nics, deadline):
     for size in sizes:
-        for chapter in CHAPTERS:
+        for chapter, poll in ((c, m) for c in args.chapters for m in args.poll_threads):
             runs = []
             for i in range(args.runs):
                 if time.monotonic() > deadline:
                     print(f"gpu_bench: time budget spent, stopping {phase}", flush=True)
                     return
                 ns = chapter_args(args, memory, size, gpus, nics)
+                ns.client_arg = ns.client_arg + ["--poll-threads", poll]
                 try:
                     record = run_chapter.run_once(ns, chapter, echo=False)
                     runs.append(record)
                 except Exception as e:  # a failed run is recorded, not fatal
                     emit(args.out, {"phase": phase, "chapter": chapter, "page_size": size,
-                                    "ok": False, "error": str(e)[-500:]})
+                                    "poll_threads": poll, "ok": False, "error": str(e)[-500:]})
             if runs:
                 best = sorted(runs, key=lambda r: r["gbps"])[len(runs) // 2]
                 emit(args.out, {"phase": phase, "chapter": chapter, "memory": memory,
                                 "provider": "shm", "page_size": size, "gpus": gpus,
-                                "nics_per_gpu": nics, "runs": len(runs), "ok": True,
+                                "nics_per_gpu": nics, "poll_threads": poll,
+                                "runs": len(runs), "ok": True,
                                 "gbps": statistics.median(r["gbps"] for r in runs),
                                 "mops": statistics.median(r["mops"] for r in runs),
                                 "all_gbps": [r["gbps"] for r in runs],
@@ -197,7 +199,12 @@ def main():
     p.add_argument("--ceiling-timeout", type=float, default=60,
                    help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
+    p.add_argument("--chapters", default=",".join(CHAPTERS), help="which chapters to run")
+    p.add_argument("--poll-threads", default="gpu",
+                   help="client --poll-threads values to run, comma-separated: gpu, nic")
     args = p.parse_args()
+    args.chapters = args.chapters.split(",")
+    args.poll_threads = args.poll_threads.split(",")
     args.server_devices = [int(x) for x in args.server_devices.split(",")]
     args.client_devices = [int(x) for x in args.client_devices.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
