@@ -216,8 +216,9 @@ def main():
         phase_env(args)
     if "ceiling" in phases:
         phase_ceiling(args, "cuda", sizes, gpus * args.nics_per_gpu)
-        phase_ceiling(args, "host", [int(x) for x in args.host_sizes.split(",")],
-                      args.host_gpus * args.host_nics)
+        if "host" in phases:
+            phase_ceiling(args, "host", [int(x) for x in args.host_sizes.split(",")],
+                          args.host_gpus * args.host_nics)
     if "cuda" in phases and not smoke(args):
         phases.remove("cuda")
     if "cuda" in phases:
