@@ -12,7 +12,7 @@ out=${1:?usage: build_gpu_binaries.sh OUTDIR}
 : "${LIBFABRIC_PREFIX:?set LIBFABRIC_PREFIX to a CUDA-capable libfabric}"
 cd "$(dirname "$0")/.."
 base=${GPU_OUTPUT_BASE:-$HOME/.cache/bazel-gpu}
-bazel --output_base="$base" build --symlink_prefix=/ //chapters/...
+bazel --output_base="$base" build --symlink_prefix=/ //chapters/... //tools/probes:cuda_copy_probe
 bin=$(bazel --output_base="$base" info bazel-bin 2>/dev/null)
 for dir in chapters/*/; do
   chapter=$(basename "$dir")
@@ -22,4 +22,7 @@ for dir in chapters/*/; do
     strip "$out/$chapter/$program"
   done
 done
+mkdir -p "$out/probes"
+install -m 755 "$bin/tools/probes/cuda_copy_probe" "$out/probes/cuda_copy_probe"
+strip "$out/probes/cuda_copy_probe"
 echo "build_gpu_binaries: $(ls "$out" | wc -l) chapters in $out"

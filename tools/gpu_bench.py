@@ -22,6 +22,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -82,7 +83,7 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
         clients.append(subprocess.Popen(base + [f"-E={port}"] + c_dev + ["127.0.0.1"],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     mbps = mops = 0.0
-    ok = True
+    ok, errors = True, []
     # One deadline for the whole batch: waiting on each process in turn with
     # its own timeout once let a hung pair hold the machine for many minutes.
     deadline = time.monotonic() + args.ceiling_timeout
@@ -99,21 +100,91 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
                 mops += float(rows[-1].group(5)) / size
             else:
                 ok = False
+                errors.append(out[-600:])
                 print(out[-2000:], flush=True)
     for p in clients + servers:
         if p.poll() is None:
             p.kill()
             p.wait()
-    return ok, mbps, mops
+    return ok, mbps, mops, errors
 
 
 def phase_ceiling(args, memory, sizes, pairs):
     for size in sizes:
         iters = args.iters_small if size < 1 << 20 else args.iters_large
-        ok, mbps, mops = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
+        ok, mbps, mops, errors = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
         emit(args.out, {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
                         "memory": memory, "page_size": size, "pairs": pairs, "ok": ok,
-                        "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters})
+                        "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters,
+                        "errors": errors})
+
+
+def phase_copy(args, sizes):
+    """Times the copy shm makes per WRITE (tools/probes/cuda_copy_probe): one
+    process with one thread, one process with a thread per endpoint, and one
+    process per endpoint (as the fi_rma_bw pairs are)."""
+    probe = args.bin_dir / "probes" / "cuda_copy_probe"
+    src, dst, n = args.server_devices[0], args.client_devices[0], args.nics_per_gpu
+    for size in sizes:
+        for procs, threads in ((1, 1), (1, n), (n, 1)):
+            cmd = [str(probe), "--src-device", str(src), "--dst-device", str(dst), "--size",
+                   str(size), "--threads", str(threads), "--copies", "50000", "--max-seconds", "3"]
+            ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                  for _ in range(procs)]
+            outs, ok = [], True
+            for p in ps:
+                try:
+                    out, _ = p.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, ok = p.communicate()[0], False
+                try:
+                    outs.append(json.loads(out.strip().splitlines()[-1]))
+                except (ValueError, IndexError):
+                    ok = False
+                    print(out[-1000:], flush=True)
+            emit(args.out, {"phase": "copy", "tool": "cuda_copy_probe", "src_device": src,
+                            "dst_device": dst, "page_size": size, "processes": procs,
+                            "threads": threads, "ok": ok,
+                            "gbps": sum(o["gbps"] for o in outs),
+                            "mops": sum(o["mops"] for o in outs), "command": " ".join(cmd)})
+
+
+def phase_split(args, sizes):
+    """The same endpoints, split over K server/client process pairs that run at
+    once (K = 1, 2, ... up to one pair per endpoint), for the last chapter:
+    tells a limit of one process apart from a limit of our code."""
+    chapter = args.chapters[-1]
+    n = args.nics_per_gpu
+    for size in sizes:
+        for k in (k for k in range(1, n + 1) if n % k == 0):
+            for i in range(args.runs):
+                ns = chapter_args(args, args.split_memory, size, 1, n // k)
+                ns.repeat = max(1, ns.repeat // k)  # the same bytes in all
+                results, errors = [], []
+
+                def one():
+                    try:
+                        results.append(run_chapter.run_once(ns, chapter, echo=False))
+                    except Exception as e:  # recorded below
+                        errors.append(str(e)[-500:])
+
+                threads = [threading.Thread(target=one) for _ in range(k)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                ok = not errors and len(results) == k
+                seconds = max((r["seconds"] for r in results), default=0)
+                total = sum(r["bytes"] for r in results)
+                emit(args.out, {"phase": "split", "chapter": chapter, "page_size": size,
+                                "memory": args.split_memory,
+                                "processes_per_side": k, "nics_per_process": n // k, "ok": ok,
+                                "gbps": total * 8 / seconds / 1e9 if ok and seconds else 0,
+                                "mops": sum(r["ops"] for r in results) / seconds / 1e6
+                                if ok and seconds else 0,
+                                "pair_gbps": [r["gbps"] for r in results],
+                                "errors": errors, "command": results[0]["command"] if results else ""})
 
 
 def chapter_args(args, memory, size, gpus, nics):
@@ -199,6 +270,7 @@ def main():
     p.add_argument("--ceiling-timeout", type=float, default=60,
                    help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
+    p.add_argument("--split-memory", default="cuda", help="memory kind of the split phase")
     p.add_argument("--chapters", default=",".join(CHAPTERS), help="which chapters to run")
     p.add_argument("--poll-threads", default="gpu",
                    help="client --poll-threads values to run, comma-separated: gpu, nic")
@@ -214,6 +286,10 @@ def main():
     phases = args.phases.split(",")
     if "env" in phases:
         phase_env(args)
+    if "copy" in phases:
+        phase_copy(args, sizes)
+    if "split" in phases:
+        phase_split(args, sizes)
     if "ceiling" in phases:
         phase_ceiling(args, "cuda", sizes, gpus * args.nics_per_gpu)
         if "host" in phases:

@@ -29,6 +29,9 @@ class RandomFillWriter {
     while (state_ != State::kDone) {
       if (job_.Interrupted()) Fail("interrupted");
       for (size_t gpu_idx = 0; gpu_idx < job_.num_gpus(); ++gpu_idx) {
+        // The provider's CUDA calls for this GPU's writes run on the
+        // current device: switch to it (cheap) before touching its NICs.
+        job_.UseGpuOnThisThread(gpu_idx);
         for (Network* net : job_.group(gpu_idx).nets) net->PollCompletion();
         switch (state_) {
           case State::kPostWarmup:
