@@ -2,7 +2,6 @@
 // errors, 1 for runtime errors, and a server that refuses a request keeps
 // serving the next client. Uses chapter 10's real binaries.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <algorithm>
@@ -47,10 +46,11 @@ TEST(BadInputTest, BadValues) {
   ExpectOneLineError(Client({"--server", "00", "--gpus", "-1"}), 2, "--gpus");
   ExpectOneLineError(Client({"--server", "00", "--page-size", "0"}), 2, "--page-size");
   ExpectOneLineError(Client({"--server", "00", "--page-size", "12"}), 2, "multiple of 8");
-  ExpectOneLineError(
-      Client({"--server", "00", "--buffer-size", "1048576", "--page-size", "4096", "--pages", "257"}),
-      2, "--pages");
+  ExpectOneLineError(Client({"--server", "00", "--buffer-size", "1048576", "--page-size", "4096",
+                             "--pages", "257"}),
+                     2, "--pages");
   ExpectOneLineError(Client({"--page-size", "4096"}), 2, "--server is required");
+  ExpectOneLineError(Client({"--server", "00", "--poll-threads", "cpu"}), 2, "--poll-threads");
 }
 
 TEST(BadInputTest, UnparsableServerAddress) {
@@ -81,8 +81,8 @@ TEST(BadInputTest, UnreachableServerGivesUpInBoundedTime) {
     hex += digits[b >> 4];
     hex += digits[b & 15];
   }
-  RunResult shm =
-      Client({"--provider", "shm", "--memory", "host", "--connect-timeout", "2", "--server", hex}, 20);
+  RunResult shm = Client(
+      {"--provider", "shm", "--memory", "host", "--connect-timeout", "2", "--server", hex}, 20);
   EXPECT_TRUE(shm.exit_code == 1 || shm.exit_code == 2) << shm.err;
   EXPECT_EQ(std::count(shm.err.begin(), shm.err.end(), '\n'), 1) << shm.err;
 }
@@ -120,8 +120,9 @@ TEST(BadInputTest, ServerRejectsThenServesNextClient) {
   ExpectOneLineError(with({"--buffer-size", "8388608", "--page-size", "65536", "--pages", "64"}), 2,
                      "exceed the server's buffer");
   // A layout that differs from the server's.
-  ExpectOneLineError(with({"--gpus", "2", "--buffer-size", "1048576", "--page-size", "4096", "--pages", "8"}), 2,
-                     "server has 1 x 2 x 2");
+  ExpectOneLineError(
+      with({"--gpus", "2", "--buffer-size", "1048576", "--page-size", "4096", "--pages", "8"}), 2,
+      "server has 1 x 2 x 2");
 
   RunResult good = with({"--buffer-size", "1048576", "--page-size", "4096", "--pages", "256"});
   EXPECT_EQ(good.exit_code, 0) << good.out << good.err << ReadFile(dir.File("server.err"));

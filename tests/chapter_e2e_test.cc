@@ -21,6 +21,7 @@ struct Layout {
   std::string provider;
   int gpus;
   int nics_per_gpu;
+  std::string poll_threads = "gpu";  // the client's --poll-threads
 };
 
 class ChapterEndToEnd : public ::testing::TestWithParam<Layout> {};
@@ -62,6 +63,7 @@ TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
                                           "--result-json",
                                           dir.File("client.json")};
   client_argv.insert(client_argv.end(), shared.begin(), shared.end());
+  client_argv.insert(client_argv.end(), {"--poll-threads", layout.poll_threads});
   RunResult client = RunToEnd(client_argv, 90);
   EXPECT_EQ(client.exit_code, 0) << client.out << client.err << ReadFile(dir.File("server.out"))
                                  << ReadFile(dir.File("server.err"));
@@ -87,10 +89,12 @@ TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
 
 INSTANTIATE_TEST_SUITE_P(Providers, ChapterEndToEnd,
                          ::testing::Values(Layout{"shm", 1, 2}, Layout{"shm", 2, 2},
-                                           Layout{"tcp", 1, 2}, Layout{"tcp", 2, 2}),
+                                           Layout{"tcp", 1, 2}, Layout{"tcp", 2, 2},
+                                           Layout{"shm", 2, 2, "nic"}, Layout{"tcp", 1, 2, "nic"}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            return info.param.provider + "_" + std::to_string(info.param.gpus) +
-                                  "x" + std::to_string(info.param.nics_per_gpu);
+                                  "x" + std::to_string(info.param.nics_per_gpu) +
+                                  (info.param.poll_threads == "gpu" ? "" : "_poll_per_nic");
                          });
 
 }  // namespace

@@ -25,4 +25,4 @@ done
 mkdir -p "$out/probes"
 install -m 755 "$bin/tools/probes/cuda_copy_probe" "$out/probes/cuda_copy_probe"
 strip "$out/probes/cuda_copy_probe"
-echo "build_gpu_binaries: $(ls "$out" | wc -l) chapters in $out"
+echo "build_gpu_binaries: $(ls -d "$out"/[0-9]* | wc -l) chapters and probes/ in $out"

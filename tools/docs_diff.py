@@ -59,10 +59,16 @@ class Repo:
         them). Each is a dict: folder, rows ({chapter: row}), with the
         rows in compare.py's columns."""
         sets = []
-        for path in sorted((self.root / "results").glob("*/results.csv")):
-            folder = path.parent.name
+        results = self.root / "results"
+        paths = sorted(results.glob("*/results.csv")) + sorted(results.glob("*/*/results.csv"))
+        for path in paths:
+            folder = path.parent.relative_to(results).as_posix()
+            if "experiments" in folder.split("/"):
+                continue  # one-off measurements, explained on their own pages
             with open(path, newline="") as f:
-                rows = list(csv.DictReader(f))
+                # Only the chapters as shipped: a client run with a non-default
+                # --poll-threads is an experiment.
+                rows = [r for r in csv.DictReader(f) if r.get("poll_threads", "gpu") in ("", "gpu")]
             if not rows:
                 continue
             if "gbps_median" in rows[0]:  # tools/compare.py

@@ -65,6 +65,30 @@ def phase_env(args):
 ROW = re.compile(r"^\s*(\d+[kmg]?)\s+(\S+)\s+(\S+)\s+(\S+)s\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
 
+def listening_ports():
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def wait_listening(ports, processes, timeout):
+    deadline = time.monotonic() + timeout
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        if set(ports) <= listening_ports() or any(p.poll() is not None for p in processes):
+            break
+        time.sleep(0.1)
+    time.sleep(0.2)
+
+
 def rma_bw_pairs(args, size, pairs, cuda, iters):
     """Runs `pairs` fi_rma_bw pairs at once; returns the summed MB/s and Mops/s."""
     base = [f"{args.fabtests}/fi_rma_bw", "-p", "shm", "-S", str(size), "-I", str(iters), "-W",
@@ -76,7 +100,10 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
         c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
         servers.append(subprocess.Popen(base + [f"-E={port}"] + s_dev, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True))
-    time.sleep(1.0)
+    # fabtests' out-of-band socket: a client that connects before its server
+    # listens fails with "Connection refused" (8 servers starting CUDA at once
+    # can take longer than a fixed sleep).
+    wait_listening([9300 + k for k in range(pairs)], servers, timeout=30)
     for k in range(pairs):
         port = 9300 + k
         c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
@@ -299,6 +326,8 @@ def main():
         phases.remove("cuda")
     if "cuda" in phases:
         phase_chapters(args, "cuda", "cuda", sizes, gpus, args.nics_per_gpu, deadline)
+    if "ceiling-after" in phases:
+        phase_ceiling(args, "cuda", sizes, gpus * args.nics_per_gpu)
     if "host" in phases:
         phase_chapters(args, "host", "host", [int(x) for x in args.host_sizes.split(",")],
                        args.host_gpus, args.host_nics, deadline)

@@ -12,7 +12,6 @@ import argparse
 import csv
 import json
 import pathlib
-import shutil
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -23,24 +22,68 @@ def size_name(size):
     return f"{size // 1048576} MiB" if size >= 1048576 else f"{size // 1024} KiB"
 
 
-def load(path):
-    records = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+def read_records(paths):
+    records = []
+    for path in paths:
+        records += [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+    return records
+
+
+class Ceiling:
+    """Every fi_rma_bw measurement of one (memory, size); the reference is the
+    mean of those where every pair finished (a batch with a failed pair only
+    has a partial sum)."""
+
+    def __init__(self, records):
+        self.records = records
+        self.good = [r for r in records if r.get("ok")]
+        self.pairs = records[0]["pairs"]
+
+    @property
+    def gbps(self):
+        return sum(r["gbps"] for r in self.good) / len(self.good) if self.good else None
+
+    @property
+    def mops(self):
+        return sum(r["mops"] for r in self.good) / len(self.good) if self.good else None
+
+    def describe(self):
+        if not self.good:
+            return f"Ceiling (fi_rma_bw, {self.pairs} pairs): no complete measurement"
+        runs = ", ".join(f"{r['gbps']:.1f}" + ("" if r.get("ok") else " (a pair failed)")
+                         for r in self.records)
+        text = (f"Ceiling (fi_rma_bw, {self.pairs} pairs): **{self.gbps:.1f} Gbps**, "
+                f"{self.mops:.3f} Mops/s")
+        if len(self.records) > 1:
+            text += f" (mean of the complete measurements; each: {runs} Gbps)"
+        return text
+
+
+def load(paths):
+    records = read_records(paths)
     env = next((r for r in records if r["phase"] == "env"), {})
-    ceilings = {(r["memory"], r["page_size"]): r for r in records if r["phase"] == "ceiling"}
+    grouped = {}
+    for r in records:
+        if r["phase"] == "ceiling":
+            grouped.setdefault((r["memory"], r["page_size"]), []).append(r)
+    ceilings = {k: Ceiling(v) for k, v in grouped.items()}
     runs = [r for r in records if r["phase"] in ("cuda", "host") and r.get("ok") and "gbps" in r]
     failures = [r for r in records if r["phase"] in ("cuda", "host", "smoke") and not r.get("ok")]
-    return env, ceilings, runs, failures
+    extra = {"split": [r for r in records if r["phase"] == "split"],
+             "copy": [r for r in records if r["phase"] == "copy"]}
+    return env, ceilings, runs, failures, extra
 
 
 def rows(ceilings, runs):
     out = []
     for r in runs:
         ceiling = ceilings.get((r["memory"], r["page_size"]))
-        share = r["gbps"] / ceiling["gbps"] if ceiling and ceiling.get("ok") else None
+        share = r["gbps"] / ceiling.gbps if ceiling and ceiling.gbps else None
         out.append({
+            "poll_threads": r.get("poll_threads", "gpu"),
             "memory": r["memory"], "page_size": r["page_size"], "chapter": r["chapter"],
             "gpus": r["gpus"], "nics_per_gpu": r["nics_per_gpu"], "gbps": r["gbps"],
-            "mops": r["mops"], "ceiling_gbps": ceiling["gbps"] if ceiling else None,
+            "mops": r["mops"], "ceiling_gbps": ceiling.gbps if ceiling else None,
             "percent_of_ceiling": 100 * share if share is not None else None,
             "runs": r["runs"], "all_gbps": r["all_gbps"], "pages": r["pages"],
             "repeat": r["repeat"], "command": r["command"],
@@ -48,7 +91,7 @@ def rows(ceilings, runs):
     return out
 
 
-def markdown(env, ceilings, table, failures, command, title):
+def markdown(env, ceilings, table, failures, command, title, extra):
     gpus = env.get("gpus", [])
     lines = [f"# {title}", ""]
     lines += ["Measured with `tools/gpu_bench.py`; tables made by `tools/gpu_tables.py` from the raw",
@@ -84,15 +127,19 @@ def markdown(env, ceilings, table, failures, command, title):
             lines += [f"Request per run: {first['pages']} pages x 2 buffers x {first['repeat']} repeats "
                       f"per group. Example server command: `{first['command'].split(' --address-file')[0]} ...`", ""]
             if ceiling:
-                lines += [f"Ceiling (fi_rma_bw, {ceiling['pairs']} pairs): "
-                          f"**{ceiling['gbps']:.1f} Gbps**, {ceiling['mops']:.3f} Mops/s"
-                          + ("" if ceiling.get("ok") else " (a pair failed: partial sum)"), ""]
-            lines += ["| chapter | Gbps | Mops/s | % of ceiling | runs (Gbps) |", "|---|---:|---:|---:|---|"]
-            for r in sorted(part, key=lambda r: series.ORDER.index(r["chapter"])):
+                lines += [ceiling.describe(), ""]
+            polls = sorted({r["poll_threads"] for r in part})
+            poll_col = len(polls) > 1
+            head = "| chapter |" + (" client --poll-threads |" if poll_col else "")
+            lines += [head + " Gbps | Mops/s | % of ceiling | runs (Gbps) |",
+                      "|---|" + ("---|" if poll_col else "") + "---:|---:|---:|---|"]
+            for r in sorted(part, key=lambda r: (series.ORDER.index(r["chapter"]), r["poll_threads"])):
                 pct = f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None else "n/a"
                 runs = ", ".join(f"{g:.1f}" for g in r["all_gbps"])
-                lines += [f"| {r['chapter']} | {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
+                poll = f" {r['poll_threads']} |" if poll_col else ""
+                lines += [f"| {r['chapter']} |{poll} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
             lines += [""]
+    lines += split_section(extra["split"], ceilings) + copy_section(extra["copy"])
     if failures:
         lines += ["## Failed runs", ""]
         lines += [f"- {f.get('phase')} {f.get('chapter', '')}: {str(f.get('error', ''))[:200]}" for f in failures]
@@ -100,12 +147,46 @@ def markdown(env, ceilings, table, failures, command, title):
     return "\n".join(lines)
 
 
+def split_section(split, ceilings):
+    if not split:
+        return []
+    lines = ["## The same endpoints split over several process pairs", "",
+             f"Chapter {split[0]['chapter']}, CUDA memory: its endpoints divided among K server/client "
+             "pairs of processes that run at once, the same bytes in all (each pair writes 1/K of them). "
+             "Gbps is all bytes over the slowest pair's time.", "",
+             "| page | process pairs | endpoints per pair | Gbps | % of ceiling | each pair (Gbps) |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in sorted(split, key=lambda r: (r["page_size"], r["processes_per_side"])):
+        ceiling = ceilings.get((r.get("memory", "cuda"), r["page_size"]))
+        pct = f"{100 * r['gbps'] / ceiling.gbps:.1f}%" if ceiling and ceiling.gbps and r["ok"] else "n/a"
+        pairs = ", ".join(f"{g:.0f}" for g in r["pair_gbps"]) if r["ok"] else "failed"
+        lines += [f"| {size_name(r['page_size'])} | {r['processes_per_side']} | {r['nics_per_process']} "
+                  f"| {r['gbps']:.1f} | {pct} | {pairs} |"]
+    return lines + [""]
+
+
+def copy_section(copies):
+    if not copies:
+        return []
+    lines = ["## A plain cudaMemcpy loop (tools/probes/cuda_copy_probe)", "",
+             f"Blocking cudaMemcpy from GPU {copies[0]['src_device']} memory into GPU "
+             f"{copies[0]['dst_device']} memory, one copy after another per thread.", "",
+             "| size | processes | threads each | Gbps | Mops/s |", "|---|---:|---:|---:|---:|"]
+    for r in sorted(copies, key=lambda r: (r["page_size"], r["processes"], r["threads"])):
+        lines += [f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
+                  f"{r['gbps']:.1f} | {r['mops']:.3f} |"]
+    return lines + [""]
+
+
 def plot(table, ceilings, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    table = [r for r in table if r["poll_threads"] == "gpu"]
     groups = sorted({(r["memory"], r["page_size"]) for r in table})
+    if not groups:
+        return
     fig, axes = plt.subplots(1, len(groups) + 1, figsize=(4.2 * (len(groups) + 1), 4.2))
     for ax, (memory, size) in zip(axes, groups):
         part = sorted((r for r in table if (r["memory"], r["page_size"]) == (memory, size)),
@@ -113,8 +194,8 @@ def plot(table, ceilings, path):
         names = [series.number(r["chapter"]) for r in part]
         ax.bar(names, [r["gbps"] for r in part], color="#4878d0")
         ceiling = ceilings.get((memory, size))
-        if ceiling:
-            ax.axhline(ceiling["gbps"], color="#d65f5f", linestyle="--", label="fi_rma_bw")
+        if ceiling and ceiling.gbps:
+            ax.axhline(ceiling.gbps, color="#d65f5f", linestyle="--", label="fi_rma_bw")
             ax.legend(loc="lower right", fontsize=8)
         ax.set_title(f"{memory}, {size_name(size)} pages", fontsize=10)
         ax.set_ylabel("Gbps")
@@ -131,19 +212,22 @@ def plot(table, ceilings, path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("records", type=pathlib.Path)
+    p.add_argument("records", type=pathlib.Path, nargs="+", help="records.jsonl files of one setup")
     p.add_argument("out", type=pathlib.Path)
     p.add_argument("--command", required=True, help="the gpu_bench command that made the records")
     p.add_argument("--title", default="GPU machine, shm, CUDA and host memory")
     args = p.parse_args()
-    env, ceilings, runs, failures = load(args.records)
+    env, ceilings, runs, failures, extra = load(args.records)
     table = rows(ceilings, runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.records.resolve() != (args.out / "records.jsonl").resolve():
-        shutil.copy(args.records, args.out / "records.jsonl")
-    (args.out / "results.md").write_text(markdown(env, ceilings, table, failures, args.command, args.title) + "\n")
+    target = args.out / "records.jsonl"
+    if [p.resolve() for p in args.records] != [target.resolve()]:
+        text = "".join(pathlib.Path(p).read_text() for p in args.records)
+        target.write_text(text)
+    (args.out / "results.md").write_text(
+        markdown(env, ceilings, table, failures, args.command, args.title, extra) + "\n")
     with open(args.out / "results.csv", "w", newline="") as f:
-        fields = ["memory", "page_size", "chapter", "gpus", "nics_per_gpu", "gbps", "mops",
+        fields = ["memory", "page_size", "chapter", "poll_threads", "gpus", "nics_per_gpu", "gbps", "mops",
                   "ceiling_gbps", "percent_of_ceiling", "runs"]
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
