@@ -98,10 +98,11 @@ class RandomFillClient {
   }
 
   // Waits for the final write of every NIC. One thread per GPU group polls
-  // that group's NICs, or with --poll-threads nic one thread per NIC: shm
-  // moves data in the target's progress calls (its CUDA IPC copies too, one
-  // blocking cudaMemcpy at a time per thread), so a single thread polling
-  // every NIC would make the client, not the server, the bottleneck.
+  // that group's NICs (or, with --poll-threads nic, one thread per NIC): shm
+  // moves data in the target's progress calls (its CUDA IPC copies too), so
+  // a single thread polling every NIC would make the client, not the server,
+  // the bottleneck. A thread per NIC measured no faster than one per group
+  // (results/h200x4-shm-cuda), hence the default.
   void WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
     std::mutex error_mutex;

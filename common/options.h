@@ -35,8 +35,7 @@ struct ClientOptions : CommonOptions {
   double connect_timeout = 10;  // seconds to reach the server
   double timeout = 300;         // seconds to wait for the whole transfer
   // Who polls the client's NICs: one thread per GPU group ("gpu"), or one
-  // per NIC ("nic"). shm does its copies in the target's progress calls, so
-  // on shm the client's polling can be the limit; see WaitForNotices.
+  // per NIC ("nic"); see WaitForNotices.
   std::string poll_threads = "gpu";
 };
 
