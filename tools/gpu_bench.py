@@ -10,6 +10,10 @@ measured. tools/gpu_tables.py turns the records into tables.
   phases:
     env       GPUs, driver, CUDA, CPU, libfabric
     ceiling   fi_rma_bw -o writedata, one pair per endpoint, run concurrently
+    mt        fi_rdm_bw_mt, CUDA memory on the first GPU of each side: that
+              GPU's endpoints in one process per side, then one process per
+              endpoint (the provider's limit for one process)
+    mt-host   the same with host memory and every group's endpoints
     cuda      every chapter, --memory cuda over shm, server and client on
               different GPUs, each page size
     host      every chapter, --memory host over shm, many groups (as on a p5)
@@ -58,6 +62,8 @@ def phase_env(args):
         "kernel": sh("uname -r").strip(),
         "libfabric": sh(f"{args.fabtests}/fi_info --version").strip(),
         "fi_info_shm_hmem": sh(f"{args.fabtests}/fi_info -p shm -c FI_HMEM | head -3").strip(),
+        # How that libfabric was built: the version string does not say.
+        "libfabric_build": args.libfabric_build,
     }
     emit(args.out, env)
 
@@ -89,28 +95,29 @@ def wait_listening(ports, processes, timeout):
     time.sleep(0.2)
 
 
-def rma_bw_pairs(args, size, pairs, cuda, iters):
-    """Runs `pairs` fi_rma_bw pairs at once; returns the summed MB/s and Mops/s."""
-    base = [f"{args.fabtests}/fi_rma_bw", "-p", "shm", "-S", str(size), "-I", str(iters), "-W",
-            "64", "-o", "writedata"]
-    servers, clients = [], []
-    for k in range(pairs):
-        port = 9300 + k
-        s_dev = ["-D", "cuda", "-i", str(args.server_devices[k % len(args.server_devices)])] if cuda else []
-        c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
-        servers.append(subprocess.Popen(base + [f"-E={port}"] + s_dev, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
+def fabtests_pairs(args, tool, extra, size, pairs, sender_devices, receiver_devices, iters):
+    """Runs `pairs` pairs of a fabtests benchmark at once, each on its own
+    out-of-band port; returns ok, the summed MB/s and Mops/s, and errors.
+    The fabtests server (no address) receives the data; *_devices pick each
+    pair's CUDA device (None: host memory)."""
+    base = [f"{args.fabtests}/{tool}", "-p", "shm", "-S", str(size), "-I", str(iters)] + extra
+
+    def device(devices, k):
+        return ["-D", "cuda", "-i", str(devices[k % len(devices)])] if devices else []
+
+    servers = [subprocess.Popen(base + [f"-E={9300 + k}"] + device(receiver_devices, k),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for k in range(pairs)]
     # fabtests' out-of-band socket: a client that connects before its server
     # listens fails with "Connection refused" (8 servers starting CUDA at once
     # can take longer than a fixed sleep).
     wait_listening([9300 + k for k in range(pairs)], servers, timeout=30)
-    for k in range(pairs):
-        port = 9300 + k
-        c_dev = ["-D", "cuda", "-i", str(args.client_devices[k % len(args.client_devices)])] if cuda else []
-        clients.append(subprocess.Popen(base + [f"-E={port}"] + c_dev + ["127.0.0.1"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    clients = [subprocess.Popen(base + [f"-E={9300 + k}"] + device(sender_devices, k) +
+                                ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+               for k in range(pairs)]
     mbps = mops = 0.0
-    ok, errors = True, []
+    ok, errors, seconds = True, [], []
     # One deadline for the whole batch: waiting on each process in turn with
     # its own timeout once let a hung pair hold the machine for many minutes.
     deadline = time.monotonic() + args.ceiling_timeout
@@ -125,6 +132,7 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
             if rows:
                 mbps += float(rows[-1].group(5))  # fabtests' MB is 10^6 bytes
                 mops += float(rows[-1].group(5)) / size
+                seconds.append(float(rows[-1].group(4)))
             else:
                 ok = False
                 errors.append(out[-600:])
@@ -133,17 +141,53 @@ def rma_bw_pairs(args, size, pairs, cuda, iters):
         if p.poll() is None:
             p.kill()
             p.wait()
-    return ok, mbps, mops, errors
+    return ok, mbps, mops, errors, seconds
+
+
+def rma_bw_pairs(args, size, pairs, cuda, iters):
+    """fi_rma_bw, one pair per endpoint: the issue's ceiling. For a WRITE the
+    fabtests server is the target, so it sits on the client's device."""
+    return fabtests_pairs(args, "fi_rma_bw", ["-W", "64", "-o", "writedata"], size, pairs,
+                          args.server_devices if cuda else None,
+                          args.client_devices if cuda else None, iters)
 
 
 def phase_ceiling(args, memory, sizes, pairs):
     for size in sizes:
         iters = args.iters_small if size < 1 << 20 else args.iters_large
-        ok, mbps, mops, errors = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
+        ok, mbps, mops, errors, seconds = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
+        # The pairs start one after another (each initialises CUDA and
+        # connects first), so the sum of their rates is the aggregate only
+        # where they overlap: runs must be long against that skew. all bytes
+        # over the longest pair's time is a lower bound; near the sum when the
+        # pairs overlapped, far below it when they ran one after another.
         emit(args.out, {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
                         "memory": memory, "page_size": size, "pairs": pairs, "ok": ok,
                         "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters,
+                        "pair_seconds": seconds,
+                        "gbps_lower_bound": pairs * iters * size * 8 / max(seconds) / 1e9
+                        if ok and seconds else 0,
                         "errors": errors})
+
+
+def phase_mt(args, memory, sizes, endpoints, iters):
+    """The provider alone, one process against many: fabtests' fi_rdm_bw_mt
+    (one endpoint and domain per thread, one send in flight per thread) with
+    all endpoints in one process per side, then with one process per
+    endpoint. No tutorial code runs, so a gap between the two is the
+    provider's (or CUDA's) own limit for one process."""
+    cuda = memory == "cuda"
+    for size in sizes:
+        for procs, threads in ((1, endpoints), (endpoints, 1)):
+            ok, mbps, mops, errors, seconds = fabtests_pairs(
+                args, "fi_rdm_bw_mt", ["-n", str(threads)], size, procs,
+                args.server_devices[:1] if cuda else None,
+                args.client_devices[:1] if cuda else None, iters)
+            emit(args.out, {"phase": "mt", "tool": "fi_rdm_bw_mt", "provider": "shm",
+                            "memory": memory, "page_size": size, "processes": procs,
+                            "endpoints_per_process": threads, "ok": ok,
+                            "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters,
+                            "pair_seconds": seconds, "errors": errors})
 
 
 def phase_copy(args, sizes):
@@ -285,11 +329,17 @@ def main():
     p.add_argument("--nics-per-gpu", type=int, default=4)
     p.add_argument("--sizes", default="4096,65536,1048576")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--ops-per-run", type=int, default=250000, help="WRITEs per chapter run")
-    p.add_argument("--max-bytes-per-run", type=int, default=256 << 30)
+    # A chapter's time includes the request's setup, which fi_rma_bw leaves
+    # out; runs of seconds (as the ceiling's are) keep that cost small.
+    p.add_argument("--ops-per-run", type=int, default=1000000, help="WRITEs per chapter run")
+    p.add_argument("--max-bytes-per-run", type=int, default=512 << 30)
     p.add_argument("--buffer-bytes", type=int, default=256 << 20)
-    p.add_argument("--iters-small", type=int, default=20000)
-    p.add_argument("--iters-large", type=int, default=5000)
+    # fi_rma_bw WRITEs per pair: enough for seconds of overlap between pairs
+    # (5000 at 1 MiB lasted about 70 ms, shorter than the pairs' start skew).
+    p.add_argument("--iters-small", type=int, default=300000, help="below 1 MiB")
+    p.add_argument("--iters-large", type=int, default=150000, help="1 MiB and up")
+    p.add_argument("--iters-mt", type=int, default=20000, help="sends per thread, phase mt")
+    p.add_argument("--iters-mt-host", type=int, default=50000, help="sends per thread, mt-host")
     p.add_argument("--host-gpus", type=int, default=8)
     p.add_argument("--host-nics", type=int, default=4)
     p.add_argument("--host-sizes", default="65536")
@@ -298,6 +348,8 @@ def main():
                    help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
     p.add_argument("--split-memory", default="cuda", help="memory kind of the split phase")
+    p.add_argument("--libfabric-build", default="--with-cuda",
+                   help="how the libfabric in use was built, recorded in the env record")
     p.add_argument("--chapters", default=",".join(CHAPTERS), help="which chapters to run")
     p.add_argument("--poll-threads", default="gpu",
                    help="client --poll-threads values to run, comma-separated: gpu, nic")
@@ -322,6 +374,11 @@ def main():
         if "host" in phases:
             phase_ceiling(args, "host", [int(x) for x in args.host_sizes.split(",")],
                           args.host_gpus * args.host_nics)
+    if "mt" in phases:
+        phase_mt(args, "cuda", sizes, args.nics_per_gpu, args.iters_mt)
+    if "mt-host" in phases:
+        phase_mt(args, "host", [int(x) for x in args.host_sizes.split(",")],
+                 args.host_gpus * args.host_nics, args.iters_mt_host)
     if "cuda" in phases and not smoke(args):
         phases.remove("cuda")
     if "cuda" in phases:

@@ -12,6 +12,7 @@ import argparse
 import csv
 import json
 import pathlib
+import statistics
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -56,6 +57,15 @@ class Ceiling:
                 f"{self.mops:.3f} Mops/s")
         if len(self.records) > 1:
             text += f" (mean of the complete measurements; each: {runs} Gbps)"
+        timed = [r for r in self.good if r.get("pair_seconds")]
+        if not timed:
+            text += (". Recorded before the bench timed each pair: with its short runs the pairs "
+                     "may not have overlapped, so this may overstate the ceiling")
+        else:
+            # Shows whether the pairs overlapped: see gpu_bench.phase_ceiling.
+            text += ". Pairs ran " + "; ".join(
+                f"{min(r['pair_seconds']):.2f} to {max(r['pair_seconds']):.2f} s "
+                f"(all bytes over the longest: {r['gbps_lower_bound']:.1f} Gbps)" for r in timed)
         return text
 
 
@@ -70,13 +80,35 @@ def load(paths):
     runs = [r for r in records if r["phase"] in ("cuda", "host") and r.get("ok") and "gbps" in r]
     failures = [r for r in records if r["phase"] in ("cuda", "host", "smoke") and not r.get("ok")]
     extra = {"split": [r for r in records if r["phase"] == "split"],
-             "copy": [r for r in records if r["phase"] == "copy"]}
+             "copy": [r for r in records if r["phase"] == "copy"],
+             "mt": [r for r in records if r["phase"] == "mt"]}
     return env, ceilings, runs, failures, extra
+
+
+def pooled(runs):
+    """One record per chapter and configuration: the runs of several records
+    files of one setup pooled, their median taken again."""
+    groups = {}
+    for r in runs:
+        key = (r["memory"], r["page_size"], r["chapter"], r.get("poll_threads", "gpu"), r["gpus"],
+               r["nics_per_gpu"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        every = [g for r in group for g in r["all_gbps"]]
+        gbps = statistics.median(every)
+        first = group[0]
+        out.append(dict(first, gbps=gbps, mops=first["mops"] * gbps / first["gbps"],
+                        runs=len(every), all_gbps=every))
+    return out
 
 
 def rows(ceilings, runs):
     out = []
-    for r in runs:
+    for r in pooled(runs):
         ceiling = ceilings.get((r["memory"], r["page_size"]))
         share = r["gbps"] / ceiling.gbps if ceiling and ceiling.gbps else None
         out.append({
@@ -106,7 +138,7 @@ def markdown(env, ceilings, table, failures, command, title, extra):
               f"{cpu.get('NUMA node(s)', '?').strip()} NUMA node(s) |"]
     lines += [f"| memory | {env.get('memory', '?').split(':')[-1].strip()} |"]
     lines += [f"| kernel | {env.get('kernel', '?')} |"]
-    lines += [f"| libfabric | {env.get('libfabric', '?').splitlines()[-2].split(':')[-1].strip() if env.get('libfabric') else '?'}, built with CUDA (shm, tcp, rxm) |"]
+    lines += [f"| libfabric | {env.get('libfabric', '?').splitlines()[-2].split(':')[-1].strip() if env.get('libfabric') else '?'}, configured with `{env.get('libfabric_build', '--with-cuda')}` (shm, tcp, rxm) |"]
     lines += ["| provider | shm (two processes on one host) |"]
     lines += [f"| GPU links | {'NV18 (18 NVLinks) between every pair' if 'NV18' in env.get('topology', '') else 'see records'} |"]
     lines += [f"| command | `{command}` |", ""]
@@ -140,6 +172,7 @@ def markdown(env, ceilings, table, failures, command, title, extra):
                 lines += [f"| {r['chapter']} |{poll} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
             lines += [""]
     lines += split_section(extra["split"], ceilings) + copy_section(extra["copy"])
+    lines += mt_section(extra["mt"])
     if failures:
         lines += ["## Failed runs", ""]
         lines += [f"- {f.get('phase')} {f.get('chapter', '')}: {str(f.get('error', ''))[:200]}" for f in failures]
@@ -175,6 +208,25 @@ def copy_section(copies):
     for r in sorted(copies, key=lambda r: (r["page_size"], r["processes"], r["threads"])):
         lines += [f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
                   f"{r['gbps']:.1f} | {r['mops']:.3f} |"]
+    return lines + [""]
+
+
+def mt_section(mt):
+    if not mt:
+        return []
+    lines = ["## The provider alone: one process or one process per endpoint (fi_rdm_bw_mt)", "",
+             "fabtests' `fi_rdm_bw_mt` (one domain and endpoint per thread, one send in flight per "
+             "thread; CUDA memory on the first GPU of each side). No tutorial code runs: a gap "
+             "between the rows of one page size is the provider's (or CUDA's) limit for one "
+             "process.", "",
+             "| memory | page | processes per side | endpoints each | Gbps | Mops/s | each ran (s) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for r in sorted(mt, key=lambda r: (r["memory"], r["page_size"], r["processes"])):
+        gbps = f"{r['gbps']:.1f}" if r["ok"] else "failed"
+        ran = r.get("pair_seconds") or []
+        ran = f"{min(ran):.2f} to {max(ran):.2f}" if len(ran) > 1 else (f"{ran[0]:.2f}" if ran else "")
+        lines += [f"| {r['memory']} | {size_name(r['page_size'])} | {r['processes']} | "
+                  f"{r['endpoints_per_process']} | {gbps} | {r['mops']:.3f} | {ran} |"]
     return lines + [""]
 
 
