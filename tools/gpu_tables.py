@@ -10,6 +10,7 @@ records.
 """
 import argparse
 import csv
+import io
 import json
 import pathlib
 import statistics
@@ -262,30 +263,72 @@ def plot(table, ceilings, path):
     fig.savefig(path, dpi=110)
 
 
+CSV_FIELDS = ["memory", "page_size", "chapter", "poll_threads", "gpus", "nics_per_gpu", "gbps",
+              "mops", "ceiling_gbps", "percent_of_ceiling", "runs"]
+
+
+def tables(records, command, title):
+    """results.md and results.csv, as text, from records files."""
+    env, ceilings, runs, failures, extra = load(records)
+    table = rows(ceilings, runs)
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\r\n")
+    w.writeheader()
+    w.writerows(table)
+    return markdown(env, ceilings, table, failures, command, title, extra) + "\n", out.getvalue(), \
+        table, ceilings
+
+
+def check(folder):
+    """Whether folder's results.md and results.csv are what its records.jsonl
+    makes (title and command read back from results.md): tables are made by
+    this tool, never edited by hand. Returns a list of problems."""
+    md = (folder / "results.md").read_text()
+    title = md.splitlines()[0].removeprefix("# ")
+    command = next((line.split("`", 1)[1].rsplit("`", 1)[0] for line in md.splitlines()
+                    if line.startswith("| command | `")), None)
+    if command is None:
+        return [f"{folder}/results.md: no command row"]
+    want_md, want_csv, _, _ = tables([folder / "records.jsonl"], command, title)
+    problems = []
+    if md != want_md:
+        problems.append(f"{folder}/results.md differs from what records.jsonl makes")
+    with open(folder / "results.csv", newline="") as f:
+        have_csv = f.read()
+    if have_csv != want_csv:
+        problems.append(f"{folder}/results.csv differs from what records.jsonl makes")
+    return problems
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("records", type=pathlib.Path, nargs="+", help="records.jsonl files of one setup")
-    p.add_argument("out", type=pathlib.Path)
-    p.add_argument("--command", required=True, help="the gpu_bench command that made the records")
+    p.add_argument("paths", type=pathlib.Path, nargs="+",
+                   help="records.jsonl files of one setup, then the output folder; "
+                        "with --check: folders to check")
+    p.add_argument("--command", help="the gpu_bench command that made the records")
     p.add_argument("--title", default="GPU machine, shm, CUDA and host memory")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if a folder's tables differ from what its records make")
     args = p.parse_args()
-    env, ceilings, runs, failures, extra = load(args.records)
-    table = rows(ceilings, runs)
-    args.out.mkdir(parents=True, exist_ok=True)
-    target = args.out / "records.jsonl"
-    if [p.resolve() for p in args.records] != [target.resolve()]:
-        text = "".join(pathlib.Path(p).read_text() for p in args.records)
-        target.write_text(text)
-    (args.out / "results.md").write_text(
-        markdown(env, ceilings, table, failures, args.command, args.title, extra) + "\n")
-    with open(args.out / "results.csv", "w", newline="") as f:
-        fields = ["memory", "page_size", "chapter", "poll_threads", "gpus", "nics_per_gpu", "gbps", "mops",
-                  "ceiling_gbps", "percent_of_ceiling", "runs"]
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(table)
-    plot(table, ceilings, args.out / "plot.png")
-    print(f"gpu_tables: {len(table)} rows into {args.out}")
+    if args.check:
+        problems = [x for folder in args.paths for x in check(folder)]
+        for x in problems:
+            print(f"gpu_tables: {x}")
+        print(f"gpu_tables: {len(args.paths)} folder(s) checked, {len(problems)} problem(s)")
+        return 1 if problems else 0
+    if len(args.paths) < 2 or not args.command:
+        p.error("give records files, an output folder and --command")
+    records, out = args.paths[:-1], args.paths[-1]
+    text_md, text_csv, table, ceilings = tables(records, args.command, args.title)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "records.jsonl"
+    if [p.resolve() for p in records] != [target.resolve()]:
+        target.write_text("".join(pathlib.Path(p).read_text() for p in records))
+    (out / "results.md").write_text(text_md)
+    with open(out / "results.csv", "w", newline="") as f:
+        f.write(text_csv)
+    plot(table, ceilings, out / "plot.png")
+    print(f"gpu_tables: {len(table)} rows into {out}")
     return 0
 
 
