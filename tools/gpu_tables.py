@@ -92,7 +92,7 @@ def pooled(runs):
     groups = {}
     for r in runs:
         key = (r["memory"], r["page_size"], r["chapter"], r.get("poll_threads", "gpu"), r["gpus"],
-               r["nics_per_gpu"])
+               r["nics_per_gpu"], r["pages"])
         groups.setdefault(key, []).append(r)
     out = []
     for group in groups.values():
@@ -163,14 +163,20 @@ def markdown(env, ceilings, table, failures, command, title, extra):
                 lines += [ceiling.describe(), ""]
             polls = sorted({r["poll_threads"] for r in part})
             poll_col = len(polls) > 1
-            head = "| chapter |" + (" client --poll-threads |" if poll_col else "")
+            # A pages column only where runs of one size used different page counts.
+            pages_col = len({r["pages"] for r in part}) > 1
+            head = ("| chapter |" + (" client --poll-threads |" if poll_col else "")
+                    + (" pages per buffer |" if pages_col else ""))
             lines += [head + " Gbps | Mops/s | % of ceiling | runs (Gbps) |",
-                      "|---|" + ("---|" if poll_col else "") + "---:|---:|---:|---|"]
-            for r in sorted(part, key=lambda r: (series.ORDER.index(r["chapter"]), r["poll_threads"])):
+                      "|---|" + ("---|" if poll_col else "") + ("---:|" if pages_col else "")
+                      + "---:|---:|---:|---|"]
+            order = lambda r: (series.ORDER.index(r["chapter"]), r["poll_threads"], r["pages"])
+            for r in sorted(part, key=order):
                 pct = f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None else "n/a"
                 runs = ", ".join(f"{g:.1f}" for g in r["all_gbps"])
                 poll = f" {r['poll_threads']} |" if poll_col else ""
-                lines += [f"| {r['chapter']} |{poll} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
+                pages = f" {r['pages']} |" if pages_col else ""
+                lines += [f"| {r['chapter']} |{poll}{pages} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
             lines += [""]
     lines += split_section(extra["split"], ceilings) + copy_section(extra["copy"])
     lines += mt_section(extra["mt"])
@@ -264,7 +270,7 @@ def plot(table, ceilings, path):
 
 
 CSV_FIELDS = ["memory", "page_size", "chapter", "poll_threads", "gpus", "nics_per_gpu", "gbps",
-              "mops", "ceiling_gbps", "percent_of_ceiling", "runs"]
+              "mops", "ceiling_gbps", "percent_of_ceiling", "runs", "pages"]
 
 
 def tables(records, command, title):
