@@ -191,34 +191,38 @@ def phase_mt(args, memory, sizes, endpoints, iters):
 
 
 def phase_copy(args, sizes):
-    """Times the copy shm makes per WRITE (tools/probes/cuda_copy_probe): one
+    """Times the CUDA work shm does per WRITE (tools/probes/cuda_copy_probe):
+    the target's copy and the initiator's IPC handle lookup, each from one
     process with one thread, one process with a thread per endpoint, and one
     process per endpoint (as the fi_rma_bw pairs are)."""
     probe = args.bin_dir / "probes" / "cuda_copy_probe"
     src, dst, n = args.server_devices[0], args.client_devices[0], args.nics_per_gpu
-    for size in sizes:
-        for procs, threads in ((1, 1), (1, n), (n, 1)):
-            cmd = [str(probe), "--src-device", str(src), "--dst-device", str(dst), "--size",
-                   str(size), "--threads", str(threads), "--copies", "50000", "--max-seconds", "3"]
-            ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                  for _ in range(procs)]
-            outs, ok = [], True
-            for p in ps:
-                try:
-                    out, _ = p.communicate(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    out, ok = p.communicate()[0], False
-                try:
-                    outs.append(json.loads(out.strip().splitlines()[-1]))
-                except (ValueError, IndexError):
-                    ok = False
-                    print(out[-1000:], flush=True)
-            emit(args.out, {"phase": "copy", "tool": "cuda_copy_probe", "src_device": src,
-                            "dst_device": dst, "page_size": size, "processes": procs,
-                            "threads": threads, "ok": ok,
-                            "gbps": sum(o["gbps"] for o in outs),
-                            "mops": sum(o["mops"] for o in outs), "command": " ".join(cmd)})
+    runs = [(mode, size, procs, threads) for mode in args.copy_modes for size in sizes
+            for procs, threads in ((1, 1), (1, n), (n, 1))]
+    for mode, size, procs, threads in runs:
+        cmd = [str(probe), "--mode", mode, "--src-device", str(src), "--dst-device", str(dst),
+               "--size", str(size), "--threads", str(threads), "--copies",
+               "50000" if mode == "copy" else "1000000", "--max-seconds", "3"]
+        ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(procs)]
+        outs, ok = [], True
+        for p in ps:
+            try:
+                out, _ = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, ok = p.communicate()[0], False
+            try:
+                outs.append(json.loads(out.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                ok = False
+                print(out[-1000:], flush=True)
+        emit(args.out, {"phase": "copy", "tool": "cuda_copy_probe", "mode": mode,
+                        "src_device": src, "dst_device": dst, "page_size": size,
+                        "processes": procs,
+                        "threads": threads, "ok": ok,
+                        "gbps": sum(o["gbps"] for o in outs),
+                        "mops": sum(o["mops"] for o in outs), "command": " ".join(cmd)})
 
 
 def phase_split(args, sizes):
@@ -348,6 +352,8 @@ def main():
                    help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
     p.add_argument("--split-memory", default="cuda", help="memory kind of the split phase")
+    p.add_argument("--copy-modes", default="copy,ipc-handle",
+                   help="cuda_copy_probe --mode values of the copy phase, comma-separated")
     p.add_argument("--libfabric-build", default="--with-cuda",
                    help="how the libfabric in use was built, recorded in the env record")
     p.add_argument("--chapters", default=",".join(CHAPTERS), help="which chapters to run")
@@ -356,6 +362,7 @@ def main():
     args = p.parse_args()
     args.chapters = args.chapters.split(",")
     args.poll_threads = args.poll_threads.split(",")
+    args.copy_modes = args.copy_modes.split(",")
     args.server_devices = [int(x) for x in args.server_devices.split(",")]
     args.client_devices = [int(x) for x in args.client_devices.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)

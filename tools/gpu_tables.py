@@ -208,14 +208,35 @@ def split_section(split, ceilings):
 def copy_section(copies):
     if not copies:
         return []
-    lines = ["## A plain cudaMemcpy loop (tools/probes/cuda_copy_probe)", "",
-             f"Blocking cudaMemcpy from GPU {copies[0]['src_device']} memory into GPU "
-             f"{copies[0]['dst_device']} memory, one copy after another per thread.", "",
-             "| size | processes | threads each | Gbps | Mops/s |", "|---|---:|---:|---:|---:|"]
-    for r in sorted(copies, key=lambda r: (r["page_size"], r["processes"], r["threads"])):
-        lines += [f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
-                  f"{r['gbps']:.1f} | {r['mops']:.3f} |"]
-    return lines + [""]
+    plain = [r for r in copies if r.get("mode", "copy") == "copy"]
+    handles = [r for r in copies if r.get("mode", "copy") == "ipc-handle"]
+    lines = []
+    if plain:
+        lines += ["## A plain cudaMemcpy loop (tools/probes/cuda_copy_probe)", "",
+                  f"Blocking cudaMemcpy from GPU {plain[0]['src_device']} memory into GPU "
+                  f"{plain[0]['dst_device']} memory, one copy after another per thread.", "",
+                  "| size | processes | threads each | Gbps | Mops/s |", "|---|---:|---:|---:|---:|"]
+        for r in sorted(plain, key=lambda r: (r["page_size"], r["processes"], r["threads"])):
+            lines += [f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
+                      f"{r['gbps']:.1f} | {r['mops']:.3f} |"]
+        lines += [""]
+    if handles:
+        lines += ["## shm's work per WRITE at the initiator (cuda_copy_probe --mode ipc-handle)", "",
+                  "`cuMemGetAddressRange` then `cudaIpcGetMemHandle` on GPU "
+                  f"{handles[0]['src_device']} memory, what libfabric's shm calls for every "
+                  "WRITE from GPU memory before posting it, one call pair after another per "
+                  "thread. Gbps: the rate of WRITEs of that size those calls alone would allow "
+                  "(all processes and threads summed).", "",
+                  "| size | processes | threads each | Mcalls/s | us per call, each thread | "
+                  "WRITE rate allowed (Gbps) |", "|---|---:|---:|---:|---:|---:|"]
+        for r in sorted(handles, key=lambda r: (r["page_size"], r["processes"], r["threads"])):
+            each = (r["processes"] * r["threads"] / r["mops"]) if r["ok"] and r["mops"] else None
+            lines += [f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
+                      f"{r['mops']:.3f} | {each:.2f} | {r['gbps']:.1f} |" if each else
+                      f"| {size_name(r['page_size'])} | {r['processes']} | {r['threads']} | "
+                      "failed | | |"]
+        lines += [""]
+    return lines
 
 
 def mt_section(mt):

@@ -9,9 +9,19 @@
 // as several processes at once to see what separate processes (fabtests'
 // fi_rma_bw pairs) get.
 //
-//   cuda_copy_probe --src-device 0 --dst-device 1 --size 1048576 --threads 4
+// --mode ipc-handle times the other side instead: what shm's initiator does
+// for every WRITE from GPU memory before it can post it (smr_format_ipc:
+// cuMemGetAddressRange on the source, then cudaIpcGetMemHandle on its base).
+// Its rate bounds how many WRITEs one posting thread can hand to shm.
 //
-// Prints one JSON line: {"threads":..,"size":..,"copies":..,"seconds":..,"gbps":..,"mops":..}
+//   cuda_copy_probe --src-device 0 --dst-device 1 --size 1048576 --threads 4
+//   cuda_copy_probe --mode ipc-handle --src-device 0 --size 65536 --threads 1
+//
+// Prints one JSON line: {"mode":..,"threads":..,"size":..,"copies":..,"seconds":..,"gbps":..,
+// "mops":..}; in ipc-handle mode "copies" counts the calls made and "gbps" is
+// the rate those calls would allow WRITEs of --size.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -36,13 +46,17 @@ struct ProbeOptions {
   long copies = 20000;  // per thread
   double max_seconds = 10;
   int threads = 1;
+  std::string mode = "copy";
 };
 
 constexpr const char* kUsage =
-    "usage: cuda_copy_probe [--src-device N] [--dst-device N] [--size BYTES] [--copies N]\n"
-    "                       [--threads N] [--max-seconds S]\n"
-    "Times blocking cudaMemcpy calls from src-device memory into dst-device memory, one\n"
-    "after another in each of --threads threads (the copy shm does for each WRITE).\n";
+    "usage: cuda_copy_probe [--mode copy|ipc-handle] [--src-device N] [--dst-device N]\n"
+    "                       [--size BYTES] [--copies N] [--threads N] [--max-seconds S]\n"
+    "copy (default): times blocking cudaMemcpy calls from src-device memory into\n"
+    "dst-device memory, one after another in each of --threads threads (the copy shm's\n"
+    "target does for each WRITE).\n"
+    "ipc-handle: times cuMemGetAddressRange + cudaIpcGetMemHandle on src-device memory,\n"
+    "--copies times per thread (what shm's initiator does for each WRITE).\n";
 
 long ParseNumber(const std::string& flag, const char* text) {
   char* end = nullptr;
@@ -62,7 +76,12 @@ bool Parse(int argc, char** argv, ProbeOptions* o) {
     }
     if (i + 1 >= argc) throw std::invalid_argument(flag + ": unknown flag or missing value");
     const char* value = argv[++i];
-    if (flag == "--src-device") {
+    if (flag == "--mode") {
+      o->mode = value;
+      if (o->mode != "copy" && o->mode != "ipc-handle") {
+        throw std::invalid_argument("--mode: copy or ipc-handle, not " + o->mode);
+      }
+    } else if (flag == "--src-device") {
       o->src_device = static_cast<int>(ParseNumber(flag, value));
     } else if (flag == "--dst-device") {
       o->dst_device = static_cast<int>(ParseNumber(flag, value));
@@ -111,7 +130,7 @@ class DeviceMemory {
   void* data_ = nullptr;
 };
 
-int Run(const ProbeOptions& o) {
+int RunCopy(const ProbeOptions& o) {
   if (o.src_device != o.dst_device) {
     // What cudaIpcOpenMemHandle sets up in the target process: the
     // destination GPU reads the source GPU's memory over NVLink or PCIe.
@@ -152,12 +171,70 @@ int Run(const ProbeOptions& o) {
   if (failed) throw std::runtime_error("cudaMemcpy failed");
   double bytes = static_cast<double>(copied.load()) * static_cast<double>(o.size);
   std::printf(
-      "{\"src_device\": %d, \"dst_device\": %d, \"threads\": %d, \"size\": %zu, \"copies\": %ld, "
-      "\"seconds\": %.6f, \"gbps\": %.3f, \"mops\": %.6f}\n",
+      "{\"mode\": \"copy\", \"src_device\": %d, \"dst_device\": %d, \"threads\": %d, "
+      "\"size\": %zu, \"copies\": %ld, \"seconds\": %.6f, \"gbps\": %.3f, \"mops\": %.6f}\n",
       o.src_device, o.dst_device, o.threads, o.size, copied.load(), seconds,
       bytes * 8 / seconds / 1e9, static_cast<double>(copied.load()) / seconds / 1e6);
   return 0;
 }
+
+// The driver call libfabric makes through dlopen (it has no link-time
+// dependency on libcuda either): cuMemGetAddressRange_v2.
+using GetAddressRangeFn = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+
+GetAddressRangeFn LoadGetAddressRange() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) throw std::runtime_error("cannot load libcuda.so.1 (no NVIDIA driver?)");
+  void* fn = dlsym(lib, "cuMemGetAddressRange_v2");
+  if (fn == nullptr) throw std::runtime_error("libcuda.so.1 has no cuMemGetAddressRange_v2");
+  return reinterpret_cast<GetAddressRangeFn>(fn);
+}
+
+int RunIpcHandle(const ProbeOptions& o) {
+  GetAddressRangeFn get_address_range = LoadGetAddressRange();
+  // 64 pages per thread, walked in turn, as a chapter walks its buffer.
+  constexpr size_t kPages = 64;
+  std::vector<std::unique_ptr<DeviceMemory>> sources;
+  for (int t = 0; t < o.threads; ++t) {
+    sources.push_back(std::make_unique<DeviceMemory>(o.src_device, o.size * kPages));
+  }
+  std::atomic<long> calls{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::duration<double>(o.max_seconds);
+  auto start = Clock::now();
+  for (int t = 0; t < o.threads; ++t) {
+    threads.emplace_back([&, t] {
+      // shm's posting thread has the source GPU current.
+      if (cudaSetDevice(o.src_device) != cudaSuccess) failed = true;
+      auto page0 = reinterpret_cast<unsigned long long>(sources[t]->data());
+      for (long i = 0; i < o.copies && !failed; ++i) {
+        unsigned long long base = 0;
+        size_t length = 0;
+        cudaIpcMemHandle_t handle;
+        if (get_address_range(&base, &length, page0 + (i % kPages) * o.size) != 0 ||
+            cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess) {
+          failed = true;
+        }
+        calls.fetch_add(1, std::memory_order_relaxed);
+        if ((i & 63) == 0 && Clock::now() > deadline) break;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (failed) throw std::runtime_error("cuMemGetAddressRange or cudaIpcGetMemHandle failed");
+  double rate = static_cast<double>(calls.load()) / seconds;
+  std::printf(
+      "{\"mode\": \"ipc-handle\", \"src_device\": %d, \"threads\": %d, \"size\": %zu, "
+      "\"copies\": %ld, \"seconds\": %.6f, \"gbps\": %.3f, \"mops\": %.6f}\n",
+      o.src_device, o.threads, o.size, calls.load(), seconds,
+      rate * static_cast<double>(o.size) * 8 / 1e9, rate / 1e6);
+  return 0;
+}
+
+int Run(const ProbeOptions& o) { return o.mode == "copy" ? RunCopy(o) : RunIpcHandle(o); }
 #else
 int Run(const ProbeOptions&) {
   std::fprintf(stderr, "cuda_copy_probe: error: built without CUDA (set CUDA_HOME and rebuild)\n");
