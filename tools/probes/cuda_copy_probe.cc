@@ -130,6 +130,38 @@ class DeviceMemory {
   void* data_ = nullptr;
 };
 
+// Runs o.threads threads, each with `device` current, calling step(thread,
+// i) up to o.copies times or until --max-seconds; returns the calls made and
+// the seconds taken. A step returns false on a CUDA error.
+struct LoopResult {
+  long calls;
+  double seconds;
+};
+
+template <typename Step>
+LoopResult TimedLoop(const ProbeOptions& o, int device, const char* what, Step step) {
+  std::atomic<long> calls{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::duration<double>(o.max_seconds);
+  auto start = Clock::now();
+  for (int t = 0; t < o.threads; ++t) {
+    threads.emplace_back([&, t] {
+      if (cudaSetDevice(device) != cudaSuccess) failed = true;
+      for (long i = 0; i < o.copies && !failed; ++i) {
+        if (!step(t, i)) failed = true;
+        calls.fetch_add(1, std::memory_order_relaxed);
+        if ((i & 63) == 0 && Clock::now() > deadline) break;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (failed) throw std::runtime_error(std::string(what) + " failed");
+  return {calls.load(), seconds};
+}
+
 int RunCopy(const ProbeOptions& o) {
   if (o.src_device != o.dst_device) {
     // What cudaIpcOpenMemHandle sets up in the target process: the
@@ -146,35 +178,17 @@ int RunCopy(const ProbeOptions& o) {
     sources.push_back(std::make_unique<DeviceMemory>(o.src_device, o.size));
     targets.push_back(std::make_unique<DeviceMemory>(o.dst_device, o.size));
   }
-  std::atomic<long> copied{0};
-  std::atomic<bool> failed{false};
-  std::vector<std::thread> threads;
-  using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::duration<double>(o.max_seconds);
-  auto start = Clock::now();
-  for (int t = 0; t < o.threads; ++t) {
-    threads.emplace_back([&, t] {
-      // Like shm's polling thread: the target GPU is the current device.
-      if (cudaSetDevice(o.dst_device) != cudaSuccess) failed = true;
-      for (long i = 0; i < o.copies && !failed; ++i) {
-        if (cudaMemcpy(targets[t]->data(), sources[t]->data(), o.size, cudaMemcpyDefault) !=
-            cudaSuccess) {
-          failed = true;
-        }
-        copied.fetch_add(1, std::memory_order_relaxed);
-        if ((i & 63) == 0 && Clock::now() > deadline) break;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (failed) throw std::runtime_error("cudaMemcpy failed");
-  double bytes = static_cast<double>(copied.load()) * static_cast<double>(o.size);
+  // Like shm's polling thread: the target GPU is the current device.
+  LoopResult r = TimedLoop(o, o.dst_device, "cudaMemcpy", [&](int t, long) {
+    return cudaMemcpy(targets[t]->data(), sources[t]->data(), o.size, cudaMemcpyDefault) ==
+           cudaSuccess;
+  });
+  double bytes = static_cast<double>(r.calls) * static_cast<double>(o.size);
   std::printf(
       "{\"mode\": \"copy\", \"src_device\": %d, \"dst_device\": %d, \"threads\": %d, "
       "\"size\": %zu, \"copies\": %ld, \"seconds\": %.6f, \"gbps\": %.3f, \"mops\": %.6f}\n",
-      o.src_device, o.dst_device, o.threads, o.size, copied.load(), seconds,
-      bytes * 8 / seconds / 1e9, static_cast<double>(copied.load()) / seconds / 1e6);
+      o.src_device, o.dst_device, o.threads, o.size, r.calls, r.seconds,
+      bytes * 8 / r.seconds / 1e9, static_cast<double>(r.calls) / r.seconds / 1e6);
   return 0;
 }
 
@@ -198,38 +212,22 @@ int RunIpcHandle(const ProbeOptions& o) {
   for (int t = 0; t < o.threads; ++t) {
     sources.push_back(std::make_unique<DeviceMemory>(o.src_device, o.size * kPages));
   }
-  std::atomic<long> calls{0};
-  std::atomic<bool> failed{false};
-  std::vector<std::thread> threads;
-  using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::duration<double>(o.max_seconds);
-  auto start = Clock::now();
-  for (int t = 0; t < o.threads; ++t) {
-    threads.emplace_back([&, t] {
-      // shm's posting thread has the source GPU current.
-      if (cudaSetDevice(o.src_device) != cudaSuccess) failed = true;
-      auto page0 = reinterpret_cast<unsigned long long>(sources[t]->data());
-      for (long i = 0; i < o.copies && !failed; ++i) {
+  // shm's posting thread has the source GPU current.
+  LoopResult r =
+      TimedLoop(o, o.src_device, "cuMemGetAddressRange or cudaIpcGetMemHandle", [&](int t, long i) {
+        auto page =
+            reinterpret_cast<unsigned long long>(sources[t]->data()) + (i % kPages) * o.size;
         unsigned long long base = 0;
         size_t length = 0;
         cudaIpcMemHandle_t handle;
-        if (get_address_range(&base, &length, page0 + (i % kPages) * o.size) != 0 ||
-            cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess) {
-          failed = true;
-        }
-        calls.fetch_add(1, std::memory_order_relaxed);
-        if ((i & 63) == 0 && Clock::now() > deadline) break;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (failed) throw std::runtime_error("cuMemGetAddressRange or cudaIpcGetMemHandle failed");
-  double rate = static_cast<double>(calls.load()) / seconds;
+        return get_address_range(&base, &length, page) == 0 &&
+               cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) == cudaSuccess;
+      });
+  double rate = static_cast<double>(r.calls) / r.seconds;
   std::printf(
       "{\"mode\": \"ipc-handle\", \"src_device\": %d, \"threads\": %d, \"size\": %zu, "
       "\"copies\": %ld, \"seconds\": %.6f, \"gbps\": %.3f, \"mops\": %.6f}\n",
-      o.src_device, o.threads, o.size, calls.load(), seconds,
+      o.src_device, o.threads, o.size, r.calls, r.seconds,
       rate * static_cast<double>(o.size) * 8 / 1e9, rate / 1e6);
   return 0;
 }
