@@ -124,22 +124,36 @@ def rows(ceilings, runs):
     return out
 
 
+def last_line(text, missing="?"):
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else missing
+
+
+def libfabric_version(fi_info_version):
+    """`fi_info --version` prints the tool's version, then "libfabric: X"."""
+    for line in fi_info_version.splitlines():
+        if line.startswith("libfabric:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
 def markdown(env, ceilings, table, failures, command, title, extra):
     gpus = env.get("gpus", [])
     lines = [f"# {title}", ""]
     lines += ["Measured with `tools/gpu_bench.py`; tables made by `tools/gpu_tables.py` from the raw",
               "records beside this file (`records.jsonl`). Medians of the runs listed.", ""]
     lines += ["| | |", "|---|---|"]
-    lines += [f"| GPUs | {len(gpus)} x {gpus[0].split(', ')[1] if gpus else '?'} |"]
+    found = "none found" if env else "not recorded"  # an env record lists none, or none was made
+    lines += [f"| GPUs | {f'{len(gpus)} x ' + gpus[0].split(', ')[1] if gpus else found} |"]
     if gpus:
         lines += [f"| driver | {gpus[0].split(', ')[2]} |"]
-    lines += [f"| CUDA | {env.get('cuda', '?').splitlines()[-1]} |"]
+    lines += [f"| CUDA | {last_line(env.get('cuda', ''))} |"]
     cpu = dict(l.split(":", 1) for l in env.get("cpu", "").splitlines() if ":" in l)
     lines += [f"| CPU | {cpu.get('Model name', '?').strip()}, {cpu.get('CPU(s)', '?').strip()} cores, "
               f"{cpu.get('NUMA node(s)', '?').strip()} NUMA node(s) |"]
     lines += [f"| memory | {env.get('memory', '?').split(':')[-1].strip()} |"]
     lines += [f"| kernel | {env.get('kernel', '?')} |"]
-    lines += [f"| libfabric | {env.get('libfabric', '?').splitlines()[-2].split(':')[-1].strip() if env.get('libfabric') else '?'}, configured with `{env.get('libfabric_build', '--with-cuda')}` (shm, tcp, rxm) |"]
+    lines += [f"| libfabric | {libfabric_version(env.get('libfabric', ''))}, configured with `{env.get('libfabric_build', '--with-cuda')}` (shm, tcp, rxm) |"]
     lines += ["| provider | shm (two processes on one host) |"]
     lines += [f"| GPU links | {'NV18 (18 NVLinks) between every pair' if 'NV18' in env.get('topology', '') else 'see records'} |"]
     lines += [f"| command | `{command}` |", ""]
@@ -259,9 +273,14 @@ def mt_section(mt):
 
 
 def plot(table, ceilings, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the tables do not need it
+        print(f"gpu_tables: no matplotlib for {sys.executable}, so no {path.name} (Debian's "
+              "python3-matplotlib, from tools/setup.sh, is /usr/bin/python3's)", file=sys.stderr)
+        return
 
     table = [r for r in table if r["poll_threads"] == "gpu"]
     groups = sorted({(r["memory"], r["page_size"]) for r in table})

@@ -1,0 +1,97 @@
+"""tools/gpu_bench.py and tools/gpu_tables.py end to end, on a machine without a GPU.
+
+The GPU bench runs only on lent GPU machines, where a broken tool costs device
+time; this runs its host-memory phases here, so that a regression shows up in
+CI instead. Two chapters run for real (server and client, shm over real
+libfabric, every byte verified). fi_rma_bw is a stand-in (tests/fake_fabtests,
+which says why): the test checks how the bench starts the pairs, parses their
+rows and sums them, and that gpu_tables turns the records into tables that
+its own --check accepts.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"]
+CHAPTERS = ["10_warmup", "15_lazy"]
+PAGE = 65536
+ITERS = 1000  # per fake fi_rma_bw pair, which reports them moved in 0.5 s
+
+
+def run(args, timeout):
+    return subprocess.run([sys.executable] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+class GpuBenchHostPhasesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
+        cls.out = pathlib.Path(cls.tmp.name) / "bench"
+        cls.bench = run([RUNFILES / "tools" / "gpu_bench.py",
+                         "--bin-dir", RUNFILES / "chapters",
+                         "--fabtests", RUNFILES / "tests" / "fake_fabtests",
+                         "--out", cls.out, "--phases", "env,ceiling,host",
+                         "--sizes", PAGE, "--host-sizes", PAGE, "--host-gpus", 1,
+                         "--host-nics", 2, "--runs", 1, "--ops-per-run", 2000,
+                         "--buffer-bytes", 4 << 20, "--iters-small", ITERS,
+                         "--chapters", ",".join(CHAPTERS), "--run-timeout", 60,
+                         "--ceiling-timeout", 60, "--budget", 200], timeout=300)
+        records = cls.out / "records.jsonl"
+        cls.records = ([json.loads(line) for line in records.read_text().splitlines()]
+                       if records.exists() else [])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def phase(self, name):
+        return [r for r in self.records if r["phase"] == name]
+
+    def test_bench_exits_cleanly(self):
+        self.assertEqual(self.bench.returncode, 0, self.bench.stdout[-2000:] + self.bench.stderr)
+
+    def test_env_is_recorded(self):
+        (env,) = self.phase("env")
+        self.assertEqual(env["gpus"], [])  # no GPU here: an empty list, not a crash
+        self.assertIn("fake", env["libfabric"])
+
+    def test_ceiling_pairs_are_summed(self):
+        host = [r for r in self.phase("ceiling") if r["memory"] == "host"]
+        self.assertEqual(len(host), 1)
+        (ceiling,) = host
+        self.assertTrue(ceiling["ok"], ceiling["errors"])
+        self.assertEqual(ceiling["pairs"], 2)  # one pair per endpoint: 1 group x 2
+        one_pair_gbps = PAGE * ITERS / 0.5 * 8 / 1e9
+        self.assertAlmostEqual(ceiling["gbps"], 2 * one_pair_gbps, delta=0.01)
+        self.assertEqual(ceiling["pair_seconds"], [0.5, 0.5])
+
+    def test_every_chapter_ran_and_verified(self):
+        runs = {r["chapter"]: r for r in self.phase("host")}
+        self.assertEqual(sorted(runs), CHAPTERS)
+        for chapter, record in runs.items():
+            self.assertTrue(record["ok"], record)
+            self.assertGreater(record["gbps"], 0, chapter)
+            self.assertEqual((record["gpus"], record["nics_per_gpu"]), (1, 2))
+
+    def test_tables_are_made_and_pass_their_check(self):
+        folder = pathlib.Path(self.tmp.name) / "tables"
+        tool = RUNFILES / "tools" / "gpu_tables.py"
+        made = run([tool, self.out / "records.jsonl", folder, "--title", "host phases",
+                    "--command", "gpu_bench_test"], timeout=120)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        text = (folder / "results.md").read_text()
+        self.assertIn("| GPUs | none found |", text)
+        self.assertIn("## host memory, 64 KiB pages, 1 group(s) x 2 endpoints", text)
+        for chapter in CHAPTERS:
+            self.assertIn(f"| {chapter} |", text)
+        checked = run([tool, "--check", folder], timeout=120)
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
