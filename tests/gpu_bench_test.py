@@ -2,7 +2,8 @@
 
 The GPU bench runs only on lent GPU machines, where a broken tool costs device
 time; this runs its host-memory phases here, so that a regression shows up in
-CI instead. Two chapters run for real (server and client, shm over real
+CI instead: the ceiling, the provider alone (mt-host), the last chapter split
+over processes, and every chapter given. Two chapters run for real (server and client, shm over real
 libfabric, every byte verified). fi_rma_bw is a stand-in (tests/fake_fabtests,
 which says why): the test checks how the bench starts the pairs, parses their
 rows and sums them, and that gpu_tables turns the records into tables that
@@ -35,9 +36,10 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         cls.bench = run([RUNFILES / "tools" / "gpu_bench.py",
                          "--bin-dir", RUNFILES / "chapters",
                          "--fabtests", RUNFILES / "tests" / "fake_fabtests",
-                         "--out", cls.out, "--phases", "env,ceiling,host",
+                         "--out", cls.out, "--phases", "env,ceiling,mt-host,split,host",
                          "--sizes", PAGE, "--host-sizes", PAGE, "--host-gpus", 1,
-                         "--host-nics", 2, "--runs", 1, "--ops-per-run", 2000,
+                         "--host-nics", 2, "--nics-per-gpu", 2, "--split-memory", "host",
+                         "--runs", 1, "--ops-per-run", 2000, "--iters-mt-host", ITERS,
                          "--buffer-bytes", 4 << 20, "--iters-small", ITERS,
                          "--chapters", ",".join(CHAPTERS), "--run-timeout", 60,
                          "--ceiling-timeout", 60, "--budget", 200], timeout=300)
@@ -70,6 +72,22 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertAlmostEqual(ceiling["gbps"], 2 * one_pair_gbps, delta=0.01)
         self.assertEqual(ceiling["pair_seconds"], [0.5, 0.5])
 
+    def test_provider_alone_in_one_process_and_in_many(self):
+        mt = self.phase("mt")
+        self.assertEqual([(r["processes"], r["endpoints_per_process"]) for r in mt],
+                         [(1, 2), (2, 1)])
+        for record in mt:
+            self.assertTrue(record["ok"], record["errors"])
+
+    def test_last_chapter_split_over_processes(self):
+        split = self.phase("split")
+        self.assertEqual([(r["processes_per_side"], r["nics_per_process"]) for r in split],
+                         [(1, 2), (2, 1)])
+        for record in split:
+            self.assertTrue(record["ok"], record["errors"])
+            self.assertEqual(record["chapter"], CHAPTERS[-1])
+            self.assertEqual(len(record["pair_gbps"]), record["processes_per_side"])
+
     def test_every_chapter_ran_and_verified(self):
         runs = {r["chapter"]: r for r in self.phase("host")}
         self.assertEqual(sorted(runs), CHAPTERS)
@@ -89,6 +107,9 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertIn("## host memory, 64 KiB pages, 1 group(s) x 2 endpoints", text)
         for chapter in CHAPTERS:
             self.assertIn(f"| {chapter} |", text)
+        self.assertIn(f"Chapter {CHAPTERS[-1]}, host memory:", text)  # the split section
+        self.assertIn("| host | 64 KiB | 2 | 1 |", text)  # the provider alone, per endpoint
+        self.assertNotIn("## Failed runs", text)
         checked = run([tool, "--check", folder], timeout=120)
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 

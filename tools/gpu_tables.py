@@ -201,11 +201,15 @@ def markdown(env, ceilings, table, failures, command, title, extra):
     return "\n".join(lines)
 
 
+def memory_name(memory):
+    return "CUDA" if memory == "cuda" else memory
+
+
 def split_section(split, ceilings):
     if not split:
         return []
     lines = ["## The same endpoints split over several process pairs", "",
-             f"Chapter {split[0]['chapter']}, CUDA memory: its endpoints divided among K server/client "
+             f"Chapter {split[0]['chapter']}, {memory_name(split[0].get('memory', 'cuda'))} memory: its endpoints divided among K server/client "
              "pairs of processes that run at once, the same bytes in all (each pair writes 1/K of them). "
              "Gbps is all bytes over the slowest pair's time.", "",
              "| page | process pairs | endpoints per pair | Gbps | % of ceiling | each pair (Gbps) |",
