@@ -121,6 +121,14 @@ def code_version():
     return commit + (" with uncommitted changes to the code" if dirty else "")
 
 
+def previous_recording(out_dir):
+    """The date of the results already in out_dir, or None."""
+    try:
+        return json.loads((out_dir / "results.json").read_text())["meta"]["date"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def machine_slug():
     model = cpu_model().lower()
     model = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", " ", model)
@@ -556,6 +564,7 @@ def main():
                    "gbps": {c: series.series_gbps(c) for c in series.ORDER}},
     }
     rows = summarize(records, chapter_list)
+    replaced = previous_recording(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for r in records:  # temporary paths say nothing once the run is over
         if "command" in r:
@@ -579,6 +588,14 @@ def main():
     print()
     print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
           f"{', plot.png' if drew else ''} to {out_dir}")
+    if replaced:
+        # Same machine slug, provider and memory: the folder is rewritten. In a
+        # checkout, git still has the recorded one.
+        hint = ""
+        if out_dir.resolve().is_relative_to(ROOT.resolve()):
+            rel = out_dir.resolve().relative_to(ROOT.resolve())
+            hint = f" (`git diff -- {rel}` compares, `git checkout -- {rel}` restores them)"
+        print(f"compare: replaced the results recorded there on {replaced}{hint}")
     if refreshed:
         print("compare: refreshed the result tables in docs/ and results/README.md "
               "(tools/docs_diff.py --write)")
