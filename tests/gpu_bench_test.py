@@ -114,5 +114,36 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 
 
+class GpuBenchBadFlagsTest(unittest.TestCase):
+    """A wrong flag costs no GPU time: one error line, exit 2, nothing written."""
+
+    def bench(self, *flags):
+        out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "never"
+        result = run([RUNFILES / "tools" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
+                      "--fabtests", RUNFILES / "tests" / "fake_fabtests", "--out", out,
+                      "--chapters", ",".join(CHAPTERS), *flags], timeout=60)
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        self.assertFalse(out.exists())
+        return result.stderr.strip().splitlines()[-1]
+
+    def test_unknown_phase(self):
+        self.assertIn("--phases: unknown ceilings", self.bench("--phases", "env,ceilings"))
+
+    def test_unknown_poll_mode(self):
+        self.assertIn("--poll-threads", self.bench("--poll-threads", "cpu"))
+
+    def test_unknown_chapter(self):
+        self.assertIn("--chapters: unknown 16_fast", self.bench("--chapters", "16_fast"))
+
+    def test_missing_fabtests_tool(self):
+        self.assertIn("--fabtests: no fi_rma_bw", self.bench("--fabtests", RUNFILES / "tools"))
+
+    def test_missing_chapter_binaries(self):
+        self.assertIn("--bin-dir: no 10_warmup/server", self.bench("--bin-dir", RUNFILES / "tools"))
+
+    def test_missing_copy_probe(self):
+        self.assertIn("no probes/cuda_copy_probe", self.bench("--phases", "copy"))
+
+
 if __name__ == "__main__":
     unittest.main()

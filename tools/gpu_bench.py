@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import run_chapter  # noqa: E402
 
+PHASES = ["env", "copy", "split", "ceiling", "mt", "mt-host", "cuda", "ceiling-after", "host"]
 CHAPTERS = ["09_multinet", "10_warmup", "11_multithread", "12_pin", "13_shard", "14_batch",
             "15_lazy"]
 
@@ -324,30 +325,41 @@ def smoke(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bin-dir", type=pathlib.Path, required=True)
+    p.add_argument("--bin-dir", type=pathlib.Path, required=True,
+                   help="chapter binaries, <dir>/<chapter>/{server,client} "
+                        "(tools/build_gpu_binaries.sh)")
     p.add_argument("--fabtests", type=pathlib.Path, required=True, help="folder with fi_rma_bw")
-    p.add_argument("--out", type=pathlib.Path, required=True)
-    p.add_argument("--phases", default="env,ceiling,cuda,host")
-    p.add_argument("--server-devices", default="0")
-    p.add_argument("--client-devices", default="1")
-    p.add_argument("--nics-per-gpu", type=int, default=4)
-    p.add_argument("--sizes", default="4096,65536,1048576")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--out", type=pathlib.Path, required=True,
+                   help="folder for records.jsonl (appended to, one JSON line per measurement)")
+    p.add_argument("--phases", default="env,ceiling,cuda,host",
+                   help="comma-separated: env, copy, split, ceiling, mt, mt-host, cuda, "
+                        "ceiling-after, host (see the top of this file)")
+    p.add_argument("--server-devices", default="0",
+                   help="CUDA devices of the server, one group each (e.g. 0,1)")
+    p.add_argument("--client-devices", default="1", help="CUDA devices of the client")
+    p.add_argument("--nics-per-gpu", type=int, default=4,
+                   help="endpoints per GPU group (shm: as many as asked)")
+    p.add_argument("--sizes", default="4096,65536,1048576", help="page sizes of the CUDA phases")
+    p.add_argument("--runs", type=int, default=3, help="runs per chapter (the median is kept)")
     # A chapter's time includes the request's setup, which fi_rma_bw leaves
     # out; runs of seconds (as the ceiling's are) keep that cost small.
     p.add_argument("--ops-per-run", type=int, default=1000000, help="WRITEs per chapter run")
-    p.add_argument("--max-bytes-per-run", type=int, default=512 << 30)
-    p.add_argument("--buffer-bytes", type=int, default=256 << 20)
+    p.add_argument("--max-bytes-per-run", type=int, default=512 << 30,
+                   help="caps --ops-per-run at large pages")
+    p.add_argument("--buffer-bytes", type=int, default=256 << 20,
+                   help="bytes per client buffer (pages per buffer: this / page size, at most 1000)")
     # fi_rma_bw WRITEs per pair: enough for seconds of overlap between pairs
     # (5000 at 1 MiB lasted about 70 ms, shorter than the pairs' start skew).
-    p.add_argument("--iters-small", type=int, default=300000, help="below 1 MiB")
-    p.add_argument("--iters-large", type=int, default=150000, help="1 MiB and up")
+    p.add_argument("--iters-small", type=int, default=300000, help="fi_rma_bw WRITEs per pair below 1 MiB")
+    p.add_argument("--iters-large", type=int, default=150000, help="fi_rma_bw WRITEs per pair at 1 MiB and up")
     p.add_argument("--iters-mt", type=int, default=20000, help="sends per thread, phase mt")
     p.add_argument("--iters-mt-host", type=int, default=50000, help="sends per thread, mt-host")
-    p.add_argument("--host-gpus", type=int, default=8)
-    p.add_argument("--host-nics", type=int, default=4)
-    p.add_argument("--host-sizes", default="65536")
-    p.add_argument("--budget", type=float, default=500, help="seconds for everything")
+    p.add_argument("--host-gpus", type=int, default=8, help="groups of the host phase (a p5: 8)")
+    p.add_argument("--host-nics", type=int, default=4,
+                   help="endpoints per group of the host phase (a p5: 4)")
+    p.add_argument("--host-sizes", default="65536", help="page sizes of the host phases")
+    p.add_argument("--budget", type=float, default=500,
+                   help="seconds from the start after which no further chapter run starts")
     p.add_argument("--ceiling-timeout", type=float, default=60,
                    help="seconds for one batch of concurrent fi_rma_bw pairs")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
@@ -362,6 +374,27 @@ def main():
     args = p.parse_args()
     args.chapters = args.chapters.split(",")
     args.poll_threads = args.poll_threads.split(",")
+    unknown = set(args.phases.split(",")) - set(PHASES)
+    if unknown:
+        p.error(f"--phases: unknown {', '.join(sorted(unknown))} (known: {', '.join(PHASES)})")
+    if set(args.poll_threads) - {"gpu", "nic"}:
+        p.error("--poll-threads: gpu, nic or both")
+    if set(args.chapters) - set(CHAPTERS):
+        p.error(f"--chapters: unknown {', '.join(sorted(set(args.chapters) - set(CHAPTERS)))}")
+    wanted = set(args.phases.split(","))
+    tools = {"ceiling": "fi_rma_bw", "ceiling-after": "fi_rma_bw", "mt": "fi_rdm_bw_mt",
+             "mt-host": "fi_rdm_bw_mt"}
+    for tool in sorted({tools[ph] for ph in wanted & set(tools)}):
+        if not os.access(args.fabtests / tool, os.X_OK):
+            p.error(f"--fabtests: no {tool} in {args.fabtests}")
+    if wanted & {"cuda", "host", "split"}:
+        for chapter in args.chapters:
+            for program in ("server", "client"):
+                if not os.access(args.bin_dir / chapter / program, os.X_OK):
+                    p.error(f"--bin-dir: no {chapter}/{program} in {args.bin_dir} "
+                            "(tools/build_gpu_binaries.sh makes them)")
+    if "copy" in wanted and not os.access(args.bin_dir / "probes" / "cuda_copy_probe", os.X_OK):
+        p.error(f"--bin-dir: no probes/cuda_copy_probe in {args.bin_dir}")
     args.copy_modes = args.copy_modes.split(",")
     args.server_devices = [int(x) for x in args.server_devices.split(",")]
     args.client_devices = [int(x) for x in args.client_devices.split(",")]
