@@ -145,5 +145,33 @@ class GpuBenchBadFlagsTest(unittest.TestCase):
         self.assertIn("no probes/cuda_copy_probe", self.bench("--phases", "copy"))
 
 
+class GpuTablesBadInputTest(unittest.TestCase):
+    """Records that cannot be read: one line naming the file (and line), exit 2."""
+
+    def tables(self, *paths):
+        out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "no-tables"
+        result = run([RUNFILES / "tools" / "gpu_tables.py", *paths, out, "--command", "x"],
+                     timeout=60)
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        self.assertFalse(out.exists())
+        return result.stderr.strip().splitlines()[-1]
+
+    def test_missing_records_file(self):
+        self.assertIn("nothing.jsonl: No such file", self.tables("nothing.jsonl"))
+
+    def test_records_file_with_a_broken_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+            f.write('{"phase": "env"}\n{"phase": \n')
+            f.flush()
+            self.assertIn(f"{f.name}:2: not a JSON line", self.tables(f.name))
+
+    def test_check_of_a_missing_folder_is_a_problem_not_a_crash(self):
+        result = run([RUNFILES / "tools" / "gpu_tables.py", "--check", "no-such-folder"],
+                     timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("no-such-folder/results.md: No such file", result.stdout)
+        self.assertEqual(result.stderr, "")
+
+
 if __name__ == "__main__":
     unittest.main()

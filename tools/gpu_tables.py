@@ -24,10 +24,27 @@ def size_name(size):
     return f"{size // 1048576} MiB" if size >= 1048576 else f"{size // 1024} KiB"
 
 
+class BadRecords(Exception):
+    """A records file that cannot be read: named in one line."""
+
+
 def read_records(paths):
     records = []
     for path in paths:
-        records += [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+        try:
+            text = pathlib.Path(path).read_text()
+        except OSError as e:
+            raise BadRecords(f"{path}: {e.strerror}")
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise BadRecords(f"{path}:{number}: not a JSON line")
+            if not isinstance(record, dict) or "phase" not in record:
+                raise BadRecords(f"{path}:{number}: not a gpu_bench record (no phase)")
+            records.append(record)
     return records
 
 
@@ -333,18 +350,27 @@ def check(folder):
     """Whether folder's results.md and results.csv are what its records.jsonl
     makes (title and command read back from results.md): tables are made by
     this tool, never edited by hand. Returns a list of problems."""
-    md = (folder / "results.md").read_text()
+    try:
+        md = (folder / "results.md").read_text()
+    except OSError as e:
+        return [f"{folder}/results.md: {e.strerror}"]
     title = md.splitlines()[0].removeprefix("# ")
     command = next((line.split("`", 1)[1].rsplit("`", 1)[0] for line in md.splitlines()
                     if line.startswith("| command | `")), None)
     if command is None:
         return [f"{folder}/results.md: no command row"]
-    want_md, want_csv, _, _ = tables([folder / "records.jsonl"], command, title)
+    try:
+        want_md, want_csv, _, _ = tables([folder / "records.jsonl"], command, title)
+    except BadRecords as e:
+        return [str(e)]
     problems = []
     if md != want_md:
         problems.append(f"{folder}/results.md differs from what records.jsonl makes")
-    with open(folder / "results.csv", newline="") as f:
-        have_csv = f.read()
+    try:
+        with open(folder / "results.csv", newline="") as f:
+            have_csv = f.read()
+    except OSError as e:
+        return problems + [f"{folder}/results.csv: {e.strerror}"]
     if have_csv != want_csv:
         problems.append(f"{folder}/results.csv differs from what records.jsonl makes")
     return problems
@@ -369,7 +395,12 @@ def main():
     if len(args.paths) < 2 or not args.command:
         p.error("give records files, an output folder and --command")
     records, out = args.paths[:-1], args.paths[-1]
-    text_md, text_csv, table, ceilings = tables(records, args.command, args.title)
+    if out.suffix == ".jsonl":
+        p.error(f"the last path is the output folder, not a records file: {out}")
+    try:
+        text_md, text_csv, table, ceilings = tables(records, args.command, args.title)
+    except BadRecords as e:
+        p.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
     target = out / "records.jsonl"
     if [p.resolve() for p in records] != [target.resolve()]:
