@@ -31,13 +31,20 @@ def chapters():
 
 def add_run_flags(parser):
     """Flags shared with tools/compare.py."""
-    parser.add_argument("--provider", default="shm", choices=["shm", "tcp", "efa", "auto"])
-    parser.add_argument("--memory", default="host", choices=["host", "cuda", "auto"])
-    parser.add_argument("--gpus", type=int, default=1)
-    parser.add_argument("--nics-per-gpu", type=int, default=2)
-    parser.add_argument("--page-size", type=int, default=65536)
-    parser.add_argument("--pages", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--provider", default="shm", choices=["shm", "tcp", "efa", "auto"],
+                        help="libfabric provider of both sides (default: %(default)s)")
+    parser.add_argument("--memory", default="host", choices=["host", "cuda", "auto"],
+                        help="where both sides' buffers live (default: %(default)s)")
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="GPU groups per side (default: %(default)s)")
+    parser.add_argument("--nics-per-gpu", type=int, default=2,
+                        help="endpoints per group (default: %(default)s)")
+    parser.add_argument("--page-size", type=int, default=65536,
+                        help="bytes per WRITE (default: %(default)s)")
+    parser.add_argument("--pages", type=int, default=1000,
+                        help="pages per client buffer (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=50,
+                        help="times the server writes every page (default: %(default)s)")
     parser.add_argument("--buffer-size", type=int, default=None,
                         help="bytes per buffer (default: just enough for the pages)")
     parser.add_argument("--bin-dir", type=pathlib.Path, default=None,
