@@ -111,19 +111,33 @@ class RandomFillClient {
     std::vector<std::thread> threads;
     bool thread_per_nic = options_.poll_threads == "nic";
     size_t nics_per_thread = thread_per_nic ? 1 : node_.nics_per_gpu();
+    // The writes carry no notice until each NIC's last one, so a long run
+    // would look hung: the first thread says every kWaitReport that the
+    // client is alive.
+    constexpr auto kWaitReport = std::chrono::seconds(10);
+    auto start = Clock::now();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t first = 0; first < node_.nics_per_gpu(); first += nics_per_thread) {
-        threads.emplace_back([&, g, first] {
+        threads.emplace_back([&, g, first, reports = threads.empty()] {
           try {
             MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
+            auto next_report = start + kWaitReport;
             while (!stop.load(std::memory_order_relaxed)) {
               for (size_t n = first; n < first + nics_per_thread; ++n) {
                 node_.net(g, n).PollCompletion();
               }
+              auto now = Clock::now();
               if (notices_.load(std::memory_order_relaxed) >= expected ||
                   rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
-                  Clock::now() > deadline) {
+                  now > deadline) {
                 stop = true;
+              } else if (reports && now >= next_report) {
+                next_report += kWaitReport;
+                std::printf(
+                    "Still waiting after %.0f s: %zu of %zu NIC(s) reported their last "
+                    "write.\n",
+                    std::chrono::duration<double>(now - start).count(), notices_.load(), expected);
+                std::fflush(stdout);
               }
             }
           } catch (const std::exception& e) {

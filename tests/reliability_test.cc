@@ -697,6 +697,24 @@ TEST_P(ReliabilityTest, ClientInterruptedMidTransfer) {
   server.StopAndCheck();
 }
 
+// Only each NIC's last write notifies the client, so on a long transfer it
+// says every 10 s that it is still waiting, and how many NICs are done.
+TEST_P(ReliabilityTest, WaitingClientSaysItIsAlive) {
+  const std::string provider = GetParam();
+  // Far longer than 10 s on any machine; the client is interrupted anyway.
+  LiveServer server(provider, 50 * kLongRepeat);
+  TempDir dir;
+  auto client = StartLongClient(provider, server, dir, 120);
+  bool reported =
+      WaitForText(dir.File("client.out"), "Still waiting after 10 s: 0 of 2 NIC(s)", 40);
+  pid_t pid = client->pid();
+  client->Signal(SIGINT);
+  EXPECT_EQ(client->Wait(20), 1) << ReadFile(dir.File("client.err"));
+  EXPECT_TRUE(reported) << ReadFile(dir.File("client.out")) << server.log();
+  EXPECT_TRUE(ShmFilesOf(pid).empty()) << Joined(ShmFilesOf(pid));
+  server.StopAndCheck();
+}
+
 TEST_P(ReliabilityTest, ServerInterruptedMidTransfer) {
   const std::string provider = GetParam();
   LiveServer server(provider, kLongRepeat);
