@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev  # result lines in JSON
   python3
   python3-matplotlib  # plots of tools/compare
+  python3-pip         # tools/cuda_headers.sh: CUDA headers from PyPI, no GPU needed
   clang               # libFuzzer and sanitizers
   libclang-rt-14-dev
   clang-format

@@ -22,6 +22,7 @@
 // the rate those calls would allow WRITEs of --size.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -232,7 +233,22 @@ int RunIpcHandle(const ProbeOptions& o) {
   return 0;
 }
 
-int Run(const ProbeOptions& o) { return o.mode == "copy" ? RunCopy(o) : RunIpcHandle(o); }
+int Run(const ProbeOptions& o) {
+  // Without a driver CUDA's own words are "driver version is insufficient";
+  // say first what is missing, as the chapters do.
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    throw std::runtime_error(
+        std::string("no usable CUDA device (driver or GPU missing)") +
+        (status != cudaSuccess ? std::string(": ") + cudaGetErrorString(status) : std::string()));
+  }
+  if (std::max(o.src_device, o.dst_device) >= count) {
+    throw std::invalid_argument("--src-device/--dst-device: this machine has " +
+                                std::to_string(count) + " CUDA device(s)");
+  }
+  return o.mode == "copy" ? RunCopy(o) : RunIpcHandle(o);
+}
 #else
 int Run(const ProbeOptions&) {
   std::fprintf(stderr, "cuda_copy_probe: error: built without CUDA (set CUDA_HOME and rebuild)\n");
