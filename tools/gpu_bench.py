@@ -332,8 +332,7 @@ def main():
     p.add_argument("--out", type=pathlib.Path, required=True,
                    help="folder for records.jsonl (appended to, one JSON line per measurement)")
     p.add_argument("--phases", default="env,ceiling,cuda,host",
-                   help="comma-separated: env, copy, split, ceiling, mt, mt-host, cuda, "
-                        "ceiling-after, host (see the top of this file)")
+                   help=f"comma-separated, of: {', '.join(PHASES)} (see the top of this file)")
     p.add_argument("--server-devices", default="0",
                    help="CUDA devices of the server, one group each (e.g. 0,1)")
     p.add_argument("--client-devices", default="1", help="CUDA devices of the client")
@@ -350,8 +349,10 @@ def main():
                    help="bytes per client buffer (pages per buffer: this / page size, at most 1000)")
     # fi_rma_bw WRITEs per pair: enough for seconds of overlap between pairs
     # (5000 at 1 MiB lasted about 70 ms, shorter than the pairs' start skew).
-    p.add_argument("--iters-small", type=int, default=300000, help="fi_rma_bw WRITEs per pair below 1 MiB")
-    p.add_argument("--iters-large", type=int, default=150000, help="fi_rma_bw WRITEs per pair at 1 MiB and up")
+    p.add_argument("--iters-small", type=int, default=300000,
+                   help="fi_rma_bw WRITEs per pair below 1 MiB")
+    p.add_argument("--iters-large", type=int, default=150000,
+                   help="fi_rma_bw WRITEs per pair at 1 MiB and up")
     p.add_argument("--iters-mt", type=int, default=20000, help="sends per thread, phase mt")
     p.add_argument("--iters-mt-host", type=int, default=50000, help="sends per thread, mt-host")
     p.add_argument("--host-gpus", type=int, default=8, help="groups of the host phase (a p5: 8)")
@@ -374,14 +375,14 @@ def main():
     args = p.parse_args()
     args.chapters = args.chapters.split(",")
     args.poll_threads = args.poll_threads.split(",")
-    unknown = set(args.phases.split(",")) - set(PHASES)
+    wanted = set(args.phases.split(","))
+    unknown = wanted - set(PHASES)
     if unknown:
         p.error(f"--phases: unknown {', '.join(sorted(unknown))} (known: {', '.join(PHASES)})")
     if set(args.poll_threads) - {"gpu", "nic"}:
         p.error("--poll-threads: gpu, nic or both")
     if set(args.chapters) - set(CHAPTERS):
         p.error(f"--chapters: unknown {', '.join(sorted(set(args.chapters) - set(CHAPTERS)))}")
-    wanted = set(args.phases.split(","))
     tools = {"ceiling": "fi_rma_bw", "ceiling-after": "fi_rma_bw", "mt": "fi_rdm_bw_mt",
              "mt-host": "fi_rdm_bw_mt"}
     for tool in sorted({tools[ph] for ph in wanted & set(tools)}):
