@@ -15,13 +15,59 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <utility>
 
+#include "common/cpu_ticks.h"
+
 namespace tutorial {
+
+double TicksPerNanosecond() {
+  static const double ticks_per_ns = [] {
+    auto wall_start = std::chrono::steady_clock::now();
+    uint64_t start = ReadTicks();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    uint64_t end = ReadTicks();
+    double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - wall_start)
+            .count();
+    return ns > 0 ? static_cast<double>(end - start) / ns : 1.0;
+  }();
+  return ticks_per_ns;
+}
+
+uint32_t RequestedApiVersion() {
+  return std::min<uint32_t>(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), fi_version());
+}
+
+NetworkCounters& NetworkCounters::operator+=(const NetworkCounters& o) {
+  writes += o.writes;
+  post_calls += o.post_calls;
+  doorbells += o.doorbells;
+  eagain += o.eagain;
+  cq_reads += o.cq_reads;
+  cq_empty_reads += o.cq_empty_reads;
+  cq_entries += o.cq_entries;
+  provider_ticks += o.provider_ticks;
+  return *this;
+}
+
+NetworkCounters NetworkCounters::operator-(const NetworkCounters& o) const {
+  NetworkCounters d;
+  d.writes = writes - o.writes;
+  d.post_calls = post_calls - o.post_calls;
+  d.doorbells = doorbells - o.doorbells;
+  d.eagain = eagain - o.eagain;
+  d.cq_reads = cq_reads - o.cq_reads;
+  d.cq_empty_reads = cq_empty_reads - o.cq_empty_reads;
+  d.cq_entries = cq_entries - o.cq_entries;
+  d.provider_ticks = provider_ticks - o.provider_ticks;
+  return d;
+}
+
 namespace {
 
 constexpr size_t kOpChunk = 1024;
-constexpr size_t kCqBatch = 32;
 
 // libfabric 1.20 added dma-buf registration; older headers lack the types.
 #if defined(FI_MR_DMABUF)
@@ -29,25 +75,6 @@ constexpr bool kHaveDmabuf = true;
 #else
 constexpr bool kHaveDmabuf = false;
 #endif
-
-FiInfoPtr MakeHints(const FabricChoice& choice) {
-  FiInfoPtr hints(fi_allocinfo());
-  if (!hints) throw RuntimeError("fi_allocinfo failed");
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
-  // We supply per-operation scratch space, so providers that need it
-  // (efa-direct wants FI_CONTEXT2) are welcome.
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  if (choice.memory == MemoryKind::kCuda) {
-    hints->caps |= FI_HMEM;
-    hints->domain_attr->mr_mode |= FI_MR_HMEM;
-  }
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;
-  hints->tx_attr->op_flags = FI_COMPLETION;
-  hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
-  return hints;
-}
 
 // Closes a libfabric object now and says so when the provider refuses: a
 // close out of order (a domain with registrations still open) answers
@@ -65,31 +92,61 @@ void CloseNow(FidPtr<T>& object, const std::string& nic, const char* what) {
 
 }  // namespace
 
+FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
+  FiInfoPtr hints(fi_allocinfo());
+  if (!hints) throw RuntimeError("fi_allocinfo failed");
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
+  // We supply per-operation scratch space, so providers that need it
+  // (efa-direct wants FI_CONTEXT2) are welcome.
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  if (choice.memory == MemoryKind::kCuda) {
+    hints->caps |= FI_HMEM;
+    hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  }
+  hints->domain_attr->threading = options.threading;
+  hints->tx_attr->op_flags = FI_COMPLETION;
+  hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
+  if (choice.provider == "efa") hints->fabric_attr->name = strdup("efa");
+  return hints;
+}
+
 std::string ResolveProvider(const std::string& requested) {
   if (requested != "auto") return requested;
   FabricChoice efa{"efa", MemoryKind::kHost, ""};
   fi_info* found = nullptr;
-  FiInfoPtr hints = MakeHints(efa);
-  int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &found);
+  FiInfoPtr hints = MakeHints(efa, NetworkOptions{});
+  int ret = fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, hints.get(), &found);
   FiInfoPtr owned(found);
   return (ret == 0 && found != nullptr) ? "efa" : "tcp";
 }
 
-std::vector<FiInfoPtr> FindNics(const FabricChoice& choice) {
-  FiInfoPtr hints = MakeHints(choice);
+std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions& options) {
+  FiInfoPtr hints = MakeHints(choice, options);
   fi_info* list = nullptr;
-  int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &list);
+  int ret = fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, hints.get(), &list);
   FiInfoPtr owned_list(list);
   if (ret != 0 || list == nullptr) {
     if (choice.memory == MemoryKind::kCuda) {
       // Ask again without FI_HMEM to tell "no provider" from "no GPU memory".
       FabricChoice host = choice;
       host.memory = MemoryKind::kHost;
-      FiInfoPtr host_hints = MakeHints(host);
+      FiInfoPtr host_hints = MakeHints(host, options);
       fi_info* host_list = nullptr;
-      if (fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, host_hints.get(), &host_list) == 0 &&
+      if (fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, host_hints.get(), &host_list) ==
+              0 &&
           host_list != nullptr) {
         fi_freeinfo(host_list);
+        uint32_t api = RequestedApiVersion();
+        if (choice.provider == "efa" && api < FI_VERSION(1, 18)) {
+          throw UsageError(
+              "provider 'efa' offers FI_HMEM (GPU memory) only to API 1.18 or newer; "
+              "this binary asks for " +
+              std::to_string(FI_MAJOR(api)) + "." + std::to_string(FI_MINOR(api)) +
+              " (rebuild against newer libfabric headers, e.g. "
+              "LIBFABRIC_PREFIX=/opt/amazon/efa)");
+        }
         throw UsageError("provider '" + choice.provider +
                          "' cannot register CUDA memory (no FI_HMEM in this libfabric); use "
                          "--memory host, or --provider shm/efa with a CUDA-enabled libfabric");
@@ -121,8 +178,10 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice) {
   return nics;
 }
 
-Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
+Network::Network(const fi_info& info, const NetworkOptions& options)
+    : info_(fi_dupinfo(&info)), options_(options) {
   name_ = info_->domain_attr->name ? info_->domain_attr->name : "?";
+  tx_depth_ = info_->tx_attr != nullptr && info_->tx_attr->size > 0 ? info_->tx_attr->size : 1;
   virt_addr_ = (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   hmem_ = (info_->caps & FI_HMEM) != 0;
 
@@ -133,6 +192,12 @@ Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
   fid_domain* domain = nullptr;
   CheckFabric(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
   domain_.reset(domain);
+
+  fi_eq_attr eq_attr{};
+  eq_attr.wait_obj = FI_WAIT_NONE;
+  fid_eq* eq = nullptr;
+  CheckFabric(fi_eq_open(fabric_.get(), &eq_attr, &eq, nullptr), "fi_eq_open");
+  eq_.reset(eq);
 
   OpenEndpoint(nullptr);
 }
@@ -160,6 +225,7 @@ void Network::OpenEndpoint(const std::vector<uint8_t>* name) {
     CheckFabric(fi_setname(&ep_->fid, const_cast<uint8_t*>(name->data()), name->size()),
                 "fi_setname");
   }
+  CheckFabric(fi_ep_bind(ep_.get(), &eq_->fid, 0), "fi_ep_bind(eq)");
   CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind(av)");
   CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
   CheckFabric(fi_enable(ep_.get()), "fi_enable");
@@ -176,6 +242,7 @@ Network::~Network() {
   // then its completion queue and address vector, the domain, the fabric.
   // Registrations (owned elsewhere) are closed before this runs.
   CloseEndpoint();
+  CloseNow(eq_, name_, "event queue");
   CloseNow(domain_, name_, "domain");
   CloseNow(fabric_, name_, "fabric");
 }
@@ -184,22 +251,26 @@ void Network::CloseEndpoint() {
   CloseNow(ep_, name_, "endpoint");
   CloseNow(cq_, name_, "completion queue");
   CloseNow(av_, name_, "address vector");
-  // The provider holds no context of ours any more.
-  free_ops_.clear();
-  for (auto& chunk : op_chunks_) {
-    for (size_t i = 0; i < kOpChunk; ++i) {
-      RdmaOp& op = chunk[i];
-      op.callback = nullptr;
-      op.error_message.clear();
-      op.state = OpState::kFree;
-      free_ops_.push_back(&op);
+  // The provider holds no context of ours any more: give every op back.
+  while (live_ != nullptr) {
+    RdmaOp* op = live_;
+    Unlink(op);
+    if (options_.op_pool) {
+      op->callback = nullptr;
+      op->error_message.clear();
+      op->state = OpState::kFree;
+      free_ops_.push_back(op);
+    } else {
+      delete op;
     }
   }
   pending_.clear();
   failed_.clear();
   outstanding_ = 0;
   outstanding_recvs_ = 0;
+  posted_transmits_ = 0;
   detached_ = 0;
+  batch_open_ = false;
 }
 
 void Network::ResetEndpoint(bool keep_address) {
@@ -244,7 +315,9 @@ double Network::link_gbps() const {
 MemoryRegion Network::Register(const Buffer& buffer) {
   fi_mr_attr attr{};
   iovec iov{buffer.data(), buffer.size()};
-  attr.access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  // FI_SEND | FI_RECV too: the same buffers carry messages, and EFA checks
+  // a registration's access against the operation (as the series does).
+  attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   attr.iface = FI_HMEM_SYSTEM;
   // Without FI_MR_PROV_KEY (shm, tcp) the application picks the keys.
   if (!(info_->domain_attr->mr_mode & FI_MR_PROV_KEY)) attr.requested_key = next_mr_key_++;
@@ -397,63 +470,119 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
 
 void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
 
-RdmaOp* Network::NewOp(OpType type, OpCallback&& callback) {
-  if (free_ops_.empty()) {
-    op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
-    for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
+Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(ReadTicks()) {
+  Bump(net_.calls_started_);
+}
+
+Network::ProviderCall::~ProviderCall() {
+  Bump(net_.counters_.provider_ticks, ReadTicks() - start_);
+  Bump(net_.calls_finished_);
+}
+
+NetworkCounters Network::counters() const {
+  NetworkCounters c;
+  c.writes = counters_.writes.load(std::memory_order_relaxed);
+  c.post_calls = counters_.post_calls.load(std::memory_order_relaxed);
+  c.doorbells = counters_.doorbells.load(std::memory_order_relaxed);
+  c.eagain = counters_.eagain.load(std::memory_order_relaxed);
+  c.cq_reads = counters_.cq_reads.load(std::memory_order_relaxed);
+  c.cq_empty_reads = counters_.cq_empty_reads.load(std::memory_order_relaxed);
+  c.cq_entries = counters_.cq_entries.load(std::memory_order_relaxed);
+  c.provider_ticks = counters_.provider_ticks.load(std::memory_order_relaxed);
+  return c;
+}
+
+void Network::Link(RdmaOp* op) {
+  op->prev = nullptr;
+  op->next = live_;
+  if (live_ != nullptr) live_->prev = op;
+  live_ = op;
+}
+
+void Network::Unlink(RdmaOp* op) {
+  if (op->prev != nullptr) {
+    op->prev->next = op->next;
+  } else {
+    live_ = op->next;
   }
-  RdmaOp* op = free_ops_.back();
-  free_ops_.pop_back();
+  if (op->next != nullptr) op->next->prev = op->prev;
+  op->prev = op->next = nullptr;
+}
+
+RdmaOp* Network::NewOp(OpType type) {
+  RdmaOp* op;
+  if (options_.op_pool) {
+    if (free_ops_.empty()) {
+      op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
+      for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
+    }
+    op = free_ops_.back();
+    free_ops_.pop_back();
+    op->error = 0;
+    op->received = 0;
+    op->user = 0;
+    op->handler = nullptr;
+  } else {
+    op = new RdmaOp;  // the series: one allocation per operation
+  }
   op->type = type;
   op->state = OpState::kQueued;
-  op->error = 0;
-  op->received = 0;
-  op->user = 0;
-  op->callback = std::move(callback);
+  Link(op);
   ++outstanding_;
   if (type == OpType::kRecv) ++outstanding_recvs_;
   return op;
 }
 
 void Network::FreeOp(RdmaOp* op) {
+  Unlink(op);
+  --outstanding_;
+  if (op->type == OpType::kRecv) --outstanding_recvs_;
+  if (!options_.op_pool) {
+    delete op;
+    return;
+  }
   op->callback = nullptr;
   if (!op->error_message.empty()) op->error_message.clear();
   op->state = OpState::kFree;
   free_ops_.push_back(op);
-  --outstanding_;
-  if (op->type == OpType::kRecv) --outstanding_recvs_;
 }
 
-bool Network::Submit(RdmaOp* op, bool more) {
+ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = 0;
-  switch (op->type) {
-    case OpType::kRecv:
-      ret = fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
-      break;
-    case OpType::kSend:
-      ret = fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
-      break;
-    case OpType::kWrite: {
-      const RdmaWrite& w = op->write;
-      iovec iov{const_cast<void*>(w.local), w.length};
-      void* desc = w.local_desc;
-      fi_rma_iov rma{w.remote_addr, w.length, w.remote_key};
-      fi_msg_rma msg{};
-      msg.msg_iov = &iov;
-      msg.desc = &desc;
-      msg.iov_count = 1;
-      msg.addr = w.peer;
-      msg.rma_iov = &rma;
-      msg.rma_iov_count = 1;
-      msg.context = &op->context;
-      msg.data = w.cq_data;
-      uint64_t flags =
-          FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | (more ? FI_MORE : 0);
-      ret = fi_writemsg(ep_.get(), &msg, flags);
-      break;
+  Bump(counters_.post_calls);
+  {
+    ProviderCall call(*this);
+    switch (op->type) {
+      case OpType::kRecv:
+        ret = fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
+        break;
+      case OpType::kSend:
+        ret = fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
+        break;
+      case OpType::kWrite: {
+        const RdmaWrite& w = op->write;
+        iovec iov{const_cast<void*>(w.local), w.length};
+        void* desc = w.local_desc;
+        fi_rma_iov rma{w.remote_addr, w.length, w.remote_key};
+        fi_msg_rma msg{};
+        msg.msg_iov = &iov;
+        msg.desc = &desc;
+        msg.iov_count = 1;
+        msg.addr = w.peer;
+        msg.rma_iov = &rma;
+        msg.rma_iov_count = 1;
+        msg.context = &op->context;
+        msg.data = w.cq_data;
+        uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | more_flag;
+        ret = fi_writemsg(ep_.get(), &msg, flags);
+        break;
+      }
     }
   }
-  if (ret == -FI_EAGAIN) return false;
+  if (ret == -FI_EAGAIN) {
+    Bump(counters_.eagain);
+    return ret;
+  }
   if (ret < 0) {
     // The caller hears of it as an error completion, at the next poll.
     op->error = static_cast<int>(-ret);
@@ -463,58 +592,101 @@ bool Network::Submit(RdmaOp* op, bool more) {
                         ": " + fi_strerror(op->error);
     op->state = OpState::kFailed;
     failed_.push_back(op);
-    return true;
+    return 0;
   }
   op->state = OpState::kPosted;
-  return true;
+  if (op->type != OpType::kRecv) ++posted_transmits_;
+  if (op->type == OpType::kWrite) Bump(counters_.writes);
+  if (more_flag == 0) Bump(counters_.doorbells);
+  return 0;
 }
 
-void Network::Post(RdmaOp* op) {
-  // Keep order: while older operations wait, a new one waits behind them.
-  if (!pending_.empty()) {
-    pending_.push_back(op);
+void Network::ProgressPendingOps() {
+  if (!options_.doorbell_batching) {
+    // The series: post in order until the provider refuses one, which goes
+    // back to the front of the queue.
+    while (!pending_.empty()) {
+      if (Submit(pending_.front(), 0) == -FI_EAGAIN) return;
+      pending_.pop_front();
+    }
     return;
   }
-  ProviderCall call(*this);
-  if (!Submit(op, false)) pending_.push_back(op);
+  // Chapter 18: runs of WRITEs go out as batches flagged FI_MORE, the last
+  // of each without, so the NIC's doorbell rings once per batch. On EFA a
+  // WRITE flagged FI_MORE waits in a host-side queue for the next post
+  // without it, and counts against the transmit queue meanwhile: so no
+  // batch is larger than the free transmit slots, and every batch is
+  // closed, even one the provider cut short with -FI_EAGAIN.
+  while (!pending_.empty()) {
+    size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
+    // A batch left open must be closed first: its next post carries no
+    // FI_MORE, whatever follows.
+    size_t batch = batch_open_ ? 1 : std::max<size_t>(1, std::min(pending_.size(), free_slots));
+    for (size_t i = 0; i < batch; ++i) {
+      RdmaOp* op = pending_.front();
+      bool last =
+          i + 1 == batch || op->type != OpType::kWrite || pending_[1]->type != OpType::kWrite;
+      if (Submit(op, last ? 0 : FI_MORE) == -FI_EAGAIN) return;
+      pending_.pop_front();
+      batch_open_ = !last;
+      if (last) break;
+    }
+  }
 }
 
-void Network::SubmitPending() {
-  while (!pending_.empty()) {
-    bool more = pending_.size() > 1;
-    if (!Submit(pending_.front(), more)) return;
-    pending_.pop_front();
-  }
+void Network::Enqueue(RdmaOp* op, bool lazy) {
+  pending_.push_back(op);
+  if (!lazy) ProgressPendingOps();
 }
 
 void Network::PostRecv(void* buf, size_t length, void* desc, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kRecv, std::move(callback));
+  RdmaOp* op = NewOp(OpType::kRecv);
+  op->callback = std::move(callback);
   op->buf = buf;
   op->length = length;
   op->desc = desc;
-  Post(op);
+  Enqueue(op, false);
 }
 
 void Network::PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc,
                        OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kSend, std::move(callback));
+  RdmaOp* op = NewOp(OpType::kSend);
+  op->callback = std::move(callback);
   op->buf = const_cast<void*>(buf);
   op->length = length;
   op->desc = desc;
   op->peer = peer;
-  Post(op);
+  Enqueue(op, false);
 }
 
 void Network::PostWrite(const RdmaWrite& write, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
+  RdmaOp* op = NewOp(OpType::kWrite);
+  op->callback = std::move(callback);
   op->write = write;
-  Post(op);
+  Enqueue(op, false);
 }
 
-void Network::QueueWrite(const RdmaWrite& write, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
+void Network::LazyPostWrite(const RdmaWrite& write, OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kWrite);
+  op->callback = std::move(callback);
   op->write = write;
-  pending_.push_back(op);
+  Enqueue(op, true);
+}
+
+void Network::PostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user) {
+  RdmaOp* op = NewOp(OpType::kWrite);
+  op->handler = handler;
+  op->user = user;
+  op->write = write;
+  Enqueue(op, false);
+}
+
+void Network::LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user) {
+  RdmaOp* op = NewOp(OpType::kWrite);
+  op->handler = handler;
+  op->user = user;
+  op->write = write;
+  Enqueue(op, true);
 }
 
 void Network::CancelQueuedTransmits() {
@@ -546,17 +718,23 @@ size_t Network::DetachTransmits() {
   };
   forget_transmits(pending_);
   forget_transmits(failed_);
-  for (auto& chunk : op_chunks_) {
-    for (size_t i = 0; i < kOpChunk; ++i) {
-      RdmaOp& op = chunk[i];
-      if (op.state != OpState::kPosted || op.type == OpType::kRecv) continue;
-      op.callback = nullptr;
-      op.state = OpState::kDetached;
-      --outstanding_;
-      ++detached_;
-    }
+  for (RdmaOp* op = live_; op != nullptr; op = op->next) {
+    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
+    op->callback = nullptr;
+    op->handler = nullptr;
+    op->state = OpState::kDetached;
+    --outstanding_;
+    ++detached_;
   }
   return detached_;
+}
+
+void Network::Complete(RdmaOp* op) {
+  if (op->callback) {
+    op->callback(*this, *op);
+  } else if (op->handler != nullptr) {
+    op->handler->OnCompletion(*this, *op);
+  }
 }
 
 void Network::ReportFailed() {
@@ -566,30 +744,34 @@ void Network::ReportFailed() {
   failed.swap(failed_);
   for (RdmaOp* op : failed) {
     CountTransmit(*op);
-    if (op->callback) op->callback(*this, *op);
+    Complete(op);
     FreeOp(op);
   }
 }
 
 void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
+  if (op->type != OpType::kRecv) --posted_transmits_;  // only posted ops complete here
   if (op->state == OpState::kDetached) {
-    // Nobody waits for it any more; the context may be reused now.
-    op->state = OpState::kFree;
-    op->error_message.clear();
-    free_ops_.push_back(op);
+    // Nobody waits for it any more; the context may be given back now.
+    ++outstanding_;  // FreeOp counts it down again
     --detached_;
+    FreeOp(op);
     return;
   }
   CountTransmit(*op);
   if (op->type == OpType::kRecv) op->received = entry.len;
-  // Callbacks may post new operations; the op goes back to the pool after.
-  if (op->callback) op->callback(*this, *op);
+  // Callbacks may post new operations; the op is given back after.
+  Complete(op);
   FreeOp(op);
 }
 
 void Network::HandleErrorCompletion() {
   fi_cq_err_entry err{};
-  ssize_t ret = fi_cq_readerr(cq_.get(), &err, 0);
+  ssize_t ret;
+  {
+    ProviderCall call(*this);
+    ret = fi_cq_readerr(cq_.get(), &err, 0);
+  }
   if (ret < 0) {
     if (ret == -FI_EAGAIN) return;
     CheckFabric(ret, "fi_cq_readerr");
@@ -602,12 +784,11 @@ void Network::HandleErrorCompletion() {
   if (detail != nullptr && *detail && message != detail)
     message += std::string(" (") + detail + ")";
   auto* op = static_cast<RdmaOp*>(err.op_context);
-  if (op == nullptr) {
+  if (op == nullptr || (err.flags & FI_REMOTE_WRITE) != 0) {
     // No operation of ours: a failed remote write into our memory, or (shm
     // 1.17) one of our writes into a process that has died, which then
     // never completes. Whoever watches the transfer decides.
-    orphan_errors_.store(orphan_errors_.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
+    Bump(orphan_errors_);
     if (on_orphan_error_) on_orphan_error_(*this, message);
     return;
   }
@@ -616,48 +797,71 @@ void Network::HandleErrorCompletion() {
     HandleCompletion(op, entry);
     return;
   }
+  if (op->type != OpType::kRecv) --posted_transmits_;
   CountTransmit(*op);
   op->error = error;
   op->error_message = std::move(message);
   if (op->type == OpType::kRecv) op->received = err.len;
-  if (op->callback) op->callback(*this, *op);
+  Complete(op);
   FreeOp(op);
 }
 
 size_t Network::PollCompletion() {
-  ProviderCall call(*this);
   size_t handled = 0;
   if (!failed_.empty()) {
     handled += failed_.size();
     ReportFailed();
   }
-  fi_cq_data_entry entries[kCqBatch];
+  fi_cq_data_entry entries[kCqReadCount];
   for (;;) {
-    ssize_t n = fi_cq_read(cq_.get(), entries, kCqBatch);
-    if (n == -FI_EAGAIN) break;
+    ssize_t n;
+    {
+      ProviderCall call(*this);
+      n = fi_cq_read(cq_.get(), entries, kCqReadCount);
+    }
+    Bump(counters_.cq_reads);
+    if (n == -FI_EAGAIN) {
+      Bump(counters_.cq_empty_reads);
+      break;
+    }
     if (n == -FI_EAVAIL) {
       HandleErrorCompletion();
       ++handled;
       continue;
     }
     CheckFabric(n, "fi_cq_read");
+    Bump(counters_.cq_entries, static_cast<uint64_t>(n));
     for (ssize_t i = 0; i < n; ++i) {
       const fi_cq_data_entry& entry = entries[i];
-      if ((entry.flags & FI_REMOTE_CQ_DATA) && entry.op_context == nullptr) {
+      if (IsRemoteWrite(entry)) {
         if (on_remote_write_) on_remote_write_(*this, entry.data);
       } else {
         HandleCompletion(static_cast<RdmaOp*>(entry.op_context), entry);
       }
     }
     handled += static_cast<size_t>(n);
-    if (static_cast<size_t>(n) < kCqBatch) break;
   }
-  SubmitPending();
+  ProgressPendingOps();
   // One writer (the polling thread), any number of readers.
   if (transmits_done_ != transmit_completions_.load(std::memory_order_relaxed)) {
     transmit_completions_.store(transmits_done_, std::memory_order_relaxed);
   }
   return handled;
+}
+
+std::string Network::TakeEventError() {
+  uint32_t event = 0;
+  fi_eq_err_entry entry{};
+  ssize_t ret = fi_eq_read(eq_.get(), &event, &entry, sizeof(entry), 0);
+  if (ret == -FI_EAGAIN || ret >= 0) return "";  // nothing, or no error
+  if (ret != -FI_EAVAIL) return name_ + ": fi_eq_read: " + fi_strerror(static_cast<int>(-ret));
+  fi_eq_err_entry err{};
+  if (fi_eq_readerr(eq_.get(), &err, 0) < 0) return name_ + ": an unreadable event queue error";
+  int error = err.err < 0 ? -err.err : err.err;
+  std::string message = name_ + ": " + fi_strerror(error);
+  const char* detail = fi_eq_strerror(eq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  if (detail != nullptr && *detail) message += std::string(" (") + detail + ")";
+  return message;
 }
 
 }  // namespace tutorial

@@ -3,8 +3,10 @@
 // every chapter needs around them: operation contexts, a queue for posts the
 // provider refused with -FI_EAGAIN, and completion polling.
 //
-// A Network is used by one thread at a time (the domain is opened with
-// FI_THREAD_DOMAIN); chapters from 11 on give each thread its own Networks.
+// A Network is used by one thread at a time; chapters from 11 on give each
+// thread its own Networks. How the Network talks to the provider is the
+// chapter's choice (NetworkOptions): chapters 09-15 use the series'
+// mechanisms, and each chapter from 16 on switches one of ours on.
 //
 // When a peer dies, providers differ (measured with libfabric 1.17):
 //   tcp  fails every write in flight with an error completion that names
@@ -46,6 +48,38 @@ namespace tutorial {
 class Network;
 struct RdmaOp;
 
+// What a chapter asks of the library. The defaults are the series' own
+// mechanisms (chapters 09-15); each later chapter turns on one field.
+struct NetworkOptions {
+  // FI_THREAD_SAFE (the series): the provider guards every call with a lock,
+  // so any thread may call it. FI_THREAD_DOMAIN (chapter 16): the
+  // application promises one thread per domain at a time, and the provider
+  // may leave its locks out.
+  fi_threading threading = FI_THREAD_SAFE;
+  // false (the series): one `new RdmaOp` holding a std::function per
+  // operation, deleted on completion. true (chapter 17): operations come
+  // from a per-NIC pool and call a CompletionHandler: no heap allocation
+  // and no std::function per operation.
+  bool op_pool = false;
+  // false (the series): every post rings the NIC's doorbell. true (chapter
+  // 18): consecutive queued WRITEs go out flagged FI_MORE, the last of each
+  // batch without it, so the doorbell rings once per batch.
+  bool doorbell_batching = false;
+};
+
+// The libfabric API version we ask for: the newest our headers know, but
+// no newer than the library we run against. EFA turns device RDMA (and so
+// FI_HMEM and real RMA writes) on only for API >= 1.18 (efa_rdm_util.c,
+// use_device_rdma), dma-buf registration only for >= 1.20 (efa_mr.c).
+uint32_t RequestedApiVersion();
+
+// A completion entry for a remote write into our memory, told by its flags
+// as the series does: the efa fabric may leave a stale op_context there.
+inline bool IsRemoteWrite(const fi_cq_data_entry& entry) {
+  return (entry.flags & FI_REMOTE_WRITE) != 0 ||
+         ((entry.flags & FI_REMOTE_CQ_DATA) != 0 && (entry.flags & FI_RECV) == 0);
+}
+
 using OpCallback = std::function<void(Network&, RdmaOp&)>;
 // Called for every remote write that carried CQ data (the remote context).
 using RemoteWriteCallback = std::function<void(Network&, uint64_t cq_data)>;
@@ -71,6 +105,16 @@ enum class OpType { kSend, kRecv, kWrite };
 // provider, but nobody waits for it any more).
 enum class OpState : uint8_t { kFree, kQueued, kPosted, kFailed, kDetached };
 
+// Chapter 17's alternative to a std::function per operation: one object
+// (the writer) handles every completion, told apart by RdmaOp::user.
+class CompletionHandler {
+ public:
+  virtual void OnCompletion(Network& net, RdmaOp& op) = 0;
+
+ protected:
+  ~CompletionHandler() = default;
+};
+
 // The context of one posted operation. `context` comes first so that the
 // pointer libfabric hands back is the operation itself, and providers that
 // need FI_CONTEXT/FI_CONTEXT2 scratch space find it there.
@@ -82,12 +126,17 @@ struct RdmaOp {
   size_t length = 0;     // kSend, kRecv: posted length
   void* desc = nullptr;  // kSend, kRecv
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  size_t received = 0;        // kRecv: bytes that arrived
-  int error = 0;              // 0, or the positive libfabric error code
-  std::string error_message;  // set only when error != 0
-  uint64_t user = 0;          // free for the caller (a GPU index, a page)
-  OpCallback callback;
+  size_t received = 0;                   // kRecv: bytes that arrived
+  int error = 0;                         // 0, or the positive libfabric error code
+  std::string error_message;             // set only when error != 0
+  uint64_t user = 0;                     // free for the caller (a GPU index, a page)
+  OpCallback callback;                   // the series' way, or...
+  CompletionHandler* handler = nullptr;  // ...chapter 17's
   OpState state = OpState::kFree;
+  // Every operation not yet given back is on its Network's list, so that
+  // recovery can find those the provider still holds.
+  RdmaOp* prev = nullptr;
+  RdmaOp* next = nullptr;
 
   bool ok() const { return error == 0; }
 };
@@ -120,17 +169,41 @@ struct FabricChoice {
   std::string domain;  // only this domain (e.g. "lo" for tcp); empty: all
 };
 
-// The fi_info of every NIC the provider offers for RDM with RMA, remote CQ
-// data and (for CUDA memory) FI_HMEM, one per domain, in the provider's order.
-// Throws UsageError with a one-line explanation when there is none.
-std::vector<FiInfoPtr> FindNics(const FabricChoice& choice);
+// The hints we give fi_getinfo: RDM with RMA, remote CQ data, (for CUDA
+// memory) FI_HMEM, EFA's memory registration modes, the chapter's threading
+// level, and for EFA the `efa` fabric by name: from libfabric 2.1 the
+// `efa-direct` fabric comes first with the same domains, and its rules
+// (the RMA target must know the initiator; messages no larger than the
+// MTU) are not the series'.
+FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options);
+
+// The fi_info of every NIC the provider offers for those hints, one per
+// domain, in the provider's order. Throws UsageError with a one-line
+// explanation when there is none.
+std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions& options = {});
+
+// What a Network counted: exact, on any provider. Only the Network's own
+// thread writes them; relaxed atomics let a watcher read them safely.
+struct NetworkCounters {
+  uint64_t writes = 0;          // WRITEs the provider accepted
+  uint64_t post_calls = 0;      // calls to post anything (accepted or not)
+  uint64_t doorbells = 0;       // accepted posts without FI_MORE
+  uint64_t eagain = 0;          // posts refused with -FI_EAGAIN
+  uint64_t cq_reads = 0;        // fi_cq_read calls
+  uint64_t cq_empty_reads = 0;  // ...that found nothing
+  uint64_t cq_entries = 0;      // completions they returned
+  uint64_t provider_ticks = 0;  // time inside those calls (ReadTicks units)
+
+  NetworkCounters& operator+=(const NetworkCounters& o);
+  NetworkCounters operator-(const NetworkCounters& o) const;
+};
 
 // "auto" resolves to "efa" when libfabric finds an EFA device, else "tcp".
 std::string ResolveProvider(const std::string& requested);
 
 class Network {
  public:
-  explicit Network(const fi_info& info);
+  explicit Network(const fi_info& info, const NetworkOptions& options = {});
   ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
@@ -154,25 +227,42 @@ class Network {
   // Throws RuntimeError when `address` is not one this provider can insert.
   void CheckPeerAddress(const std::vector<uint8_t>& address) const;
 
+  // The series' posting discipline: the operation joins the NIC's pending
+  // queue, and the queue is posted at once, in order, until the provider
+  // answers -FI_EAGAIN; the rest waits for the next PollCompletion().
   void PostRecv(void* buf, size_t length, void* desc, OpCallback callback);
   void PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
-  // Posts now; if the provider is busy (-FI_EAGAIN) the write waits in the
-  // pending queue and PollCompletion() posts it later, in order.
   void PostWrite(const RdmaWrite& write, OpCallback callback);
-  // Only queues the write; PollCompletion() submits everything queued in one
-  // go, with FI_MORE on all but the last (chapter 15's idea).
-  void QueueWrite(const RdmaWrite& write, OpCallback callback);
+  // Chapter 15: only joins the pending queue; the caller's next
+  // PollCompletion() posts it, after reading the completion queue.
+  void LazyPostWrite(const RdmaWrite& write, OpCallback callback);
+  // Chapter 17: the same, completed through `handler` with op.user = user
+  // (no std::function to build; meant for NetworkOptions::op_pool).
+  void PostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
+  void LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
 
   void OnRemoteWrite(RemoteWriteCallback callback) { on_remote_write_ = std::move(callback); }
   // Runs on the polling thread; an empty callback removes the hook.
   void OnOrphanError(OrphanErrorCallback callback) { on_orphan_error_ = std::move(callback); }
 
   // Reports operations that failed before the provider took them, reads the
-  // completion queue, runs the callbacks (error completions included, with
-  // op.error set), then retries pending posts. Returns the number of
-  // completions handled. A post the provider refuses outright becomes an
-  // error completion of that operation, never an exception.
+  // completion queue (kCqReadCount entries at a time, until it is empty),
+  // runs the callbacks (error completions included, with op.error set),
+  // then posts the pending queue. Returns the number of completions
+  // handled. A post the provider refuses outright becomes an error
+  // completion of that operation, never an exception.
   size_t PollCompletion();
+  static constexpr size_t kCqReadCount = 16;  // the series' fi_cq_read size
+
+  // The provider's asynchronous errors (the endpoint's event queue): "" when
+  // there are none, else one line. Without a bound EQ the efa fabric
+  // abort()s on errors of its own internal operations (efa_base_ep.c).
+  // Safe to call from a watching thread.
+  std::string TakeEventError();
+
+  const NetworkOptions& options() const { return options_; }
+  // A copy of the counters; safe from any thread.
+  NetworkCounters counters() const;
 
   // Sends and writes still in our queue fail with FI_ECANCELED, reported by
   // the next PollCompletion(). Receives stay queued.
@@ -219,6 +309,8 @@ class Network {
 
   // Operations posted and not yet completed (pending ones included).
   size_t outstanding() const { return outstanding_; }
+  // Sends and writes the provider holds: what the transmit queue holds.
+  size_t posted_transmits() const { return posted_transmits_; }
   // Operations waiting in our queue for the provider to take them.
   size_t pending() const { return pending_.size(); }
   // Sends and writes not yet completed: what must drain before the peer's
@@ -229,36 +321,45 @@ class Network {
   // Closes the endpoint and opens a new one (at `address` when given).
   void Reopen(const std::vector<uint8_t>* address);
   void OpenEndpoint(const std::vector<uint8_t>* name);
-  RdmaOp* NewOp(OpType type, OpCallback&& callback);
+  RdmaOp* NewOp(OpType type);
   void FreeOp(RdmaOp* op);
-  // Queues `op`, or hands it to the provider when nothing waits before it.
-  void Post(RdmaOp* op);
-  // Hands `op` to the provider; false when it answered -FI_EAGAIN. A hard
-  // error marks the op failed and queues it for the next poll.
-  bool Submit(RdmaOp* op, bool more);
-  void SubmitPending();
+  void Link(RdmaOp* op);
+  void Unlink(RdmaOp* op);
+  // The op joins the pending queue (and, unless lazy, the queue is posted).
+  void Enqueue(RdmaOp* op, bool lazy);
+  // Posts the pending queue in order until the provider refuses one.
+  void ProgressPendingOps();
+  // Hands `op` to the provider; -FI_EAGAIN or 0. A hard error marks the op
+  // failed and queues it for the next poll (and counts as taken).
+  ssize_t Submit(RdmaOp* op, uint64_t more_flag);
   void ReportFailed();
+  void Complete(RdmaOp* op);
   void HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry);
   void HandleErrorCompletion();
   void CountTransmit(const RdmaOp& op) { transmits_done_ += op.type != OpType::kRecv; }
-  // Brackets a call into the provider for the watchdog.
+  // One writer (the thread using the Network), readers anywhere: a relaxed
+  // load and store compile to a plain add and keep the reads well-defined.
+  static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+  // Brackets one call into the provider: the watchdog sees a thread inside
+  // one, and the counters get the time it took.
   class ProviderCall {
    public:
-    explicit ProviderCall(Network& net) : net_(net) { Bump(net_.calls_started_); }
-    ~ProviderCall() { Bump(net_.calls_finished_); }
+    explicit ProviderCall(Network& net);
+    ~ProviderCall();
 
    private:
-    static void Bump(std::atomic<uint64_t>& counter) {
-      // One writer (the thread using the Network): a plain store suffices.
-      counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    }
     Network& net_;
+    uint64_t start_;
   };
 
   FiInfoPtr info_;
+  NetworkOptions options_;
   std::string name_;
   FidPtr<fid_fabric> fabric_;
   FidPtr<fid_domain> domain_;
+  FidPtr<fid_eq> eq_;
   FidPtr<fid_cq> cq_;
   FidPtr<fid_av> av_;
   FidPtr<fid_ep> ep_;
@@ -267,14 +368,18 @@ class Network {
   bool hmem_ = false;
   uint64_t next_mr_key_ = 1;
 
-  // Operation contexts live in chunks that never move, reused through a
-  // free list: no allocation per operation once the pool is warm.
+  // Chapter 17: operation contexts live in chunks that never move, reused
+  // through a free list: no allocation per operation once the pool is warm.
   std::vector<std::unique_ptr<RdmaOp[]>> op_chunks_;
   std::vector<RdmaOp*> free_ops_;
+  RdmaOp* live_ = nullptr;  // every op not yet given back (Link/Unlink)
   std::deque<RdmaOp*> pending_;
   std::deque<RdmaOp*> failed_;  // failed before the provider took them
+  size_t tx_depth_ = 0;         // the provider's transmit queue size
   size_t outstanding_ = 0;
   size_t outstanding_recvs_ = 0;
+  size_t posted_transmits_ = 0;
+  bool batch_open_ = false;  // the last accepted post carried FI_MORE
   size_t detached_ = 0;
   bool av_damaged_ = false;
   RemoteWriteCallback on_remote_write_;
@@ -284,6 +389,10 @@ class Network {
   std::atomic<uint64_t> orphan_errors_{0};
   std::atomic<uint64_t> calls_started_{0};
   std::atomic<uint64_t> calls_finished_{0};
+  struct {
+    std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
+        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0};
+  } counters_;
 };
 
 }  // namespace tutorial

@@ -39,7 +39,8 @@ std::string PciAddressOf(const fi_info& info) {
 
 }  // namespace
 
-Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size)
+Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size,
+           const NetworkOptions& network_options)
     : buffers_per_gpu_(buffers_per_gpu), buffer_size_(buffer_size) {
   fabric_.provider = ResolveProvider(options.provider);
   fabric_.memory = ResolveMemory(options.memory);
@@ -48,11 +49,12 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
   // unless told otherwise.
   if (fabric_.domain.empty() && fabric_.provider == "tcp") fabric_.domain = "lo";
 
-  nic_infos_ = FindNics(fabric_);
+  nic_infos_ = FindNics(fabric_, network_options);
 
   // EFA: every fi_info is a NIC with a PCI address. shm and tcp have no
   // NICs of their own: each group gets --nics-per-gpu endpoints of one
-  // domain, all opened from the same fi_info.
+  // domain, all opened from the same fi_info. A provider with several
+  // domains and no PCI addresses (simnic) gives them out in turn.
   bool pci_nics = fabric_.provider == "efa";
   TopologyRequest request;
   request.gpus = options.gpus;
@@ -76,11 +78,11 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
     }
     size_t per_gpu = options.nics_per_gpu == 0 ? 2 : options.nics_per_gpu;
     for (size_t i = 0; i < gpus * per_gpu; ++i) {
+      const fi_info* info = nic_infos_[i % nic_infos_.size()].get();
       NicDescription nic;
-      nic.name =
-          fabric_.provider + "/" + nic_infos_[0]->domain_attr->name + "#" + std::to_string(i);
+      nic.name = fabric_.provider + "/" + info->domain_attr->name + "#" + std::to_string(i);
       nic_descriptions_.push_back(nic);
-      nic_info_of_.push_back(nic_infos_[0].get());
+      nic_info_of_.push_back(info);
     }
     request.nics_per_gpu = per_gpu;
   }
@@ -126,7 +128,7 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
     }
     std::vector<Network*> group_nets;
     for (size_t nic : groups_[g].nics) {
-      networks_.push_back(std::make_unique<Network>(*nic_info_of_[nic]));
+      networks_.push_back(std::make_unique<Network>(*nic_info_of_[nic], network_options));
       group_nets.push_back(networks_.back().get());
     }
     net_groups_.emplace_back(std::move(group_nets));
@@ -155,10 +157,17 @@ double Node::link_gbps() const {
 
 void Node::PrintSummary(std::ostream& out) const {
   uint32_t v = fi_version();
-  out << "libfabric " << FI_MAJOR(v) << "." << FI_MINOR(v) << ", provider "
-      << nic_infos_[0]->fabric_attr->prov_name << ", memory " << MemoryKindName(fabric_.memory)
-      << ", " << groups_.size() << " group(s) x " << nics_per_gpu() << " NIC(s), "
-      << buffers_per_gpu_ << " buffer(s) of " << buffer_size_ << " bytes per group\n";
+  uint32_t api = RequestedApiVersion();
+  const fi_info& info = *nic_infos_[0];
+  out << "libfabric " << FI_MAJOR(v) << "." << FI_MINOR(v) << " (API " << FI_MAJOR(api) << "."
+      << FI_MINOR(api) << "), provider " << info.fabric_attr->prov_name << ", fabric "
+      << (info.fabric_attr->name ? info.fabric_attr->name : "?") << ", threading "
+      << (info.domain_attr->threading == FI_THREAD_SAFE     ? "FI_THREAD_SAFE"
+          : info.domain_attr->threading == FI_THREAD_DOMAIN ? "FI_THREAD_DOMAIN"
+                                                            : "other")
+      << ", memory " << MemoryKindName(fabric_.memory) << ", " << groups_.size() << " group(s) x "
+      << nics_per_gpu() << " NIC(s), " << buffers_per_gpu_ << " buffer(s) of " << buffer_size_
+      << " bytes per group\n";
   PrintGroups(out, groups_, nic_descriptions_);
 }
 

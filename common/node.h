@@ -20,7 +20,9 @@ class Node {
   // Resolves "auto" choices, finds the NICs, builds the groups, opens the
   // networks and registers `buffers_per_gpu` buffers of `buffer_size` bytes
   // per GPU. Throws UsageError / RuntimeError with a one-line message.
-  Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size);
+  // `network_options` are the chapter's (see NetworkOptions).
+  Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size,
+       const NetworkOptions& network_options = {});
 
   const FabricChoice& fabric() const { return fabric_; }
   size_t num_gpus() const { return groups_.size(); }
@@ -53,8 +55,8 @@ class Node {
   std::vector<Group> groups_;
   std::vector<std::unique_ptr<Network>> networks_;  // gpu-major
   std::vector<NetworkGroup> net_groups_;
-  std::vector<Buffer> buffers_;                     // gpu-major
-  std::vector<MemoryRegion> regions_;               // (gpu, nic, buffer)
+  std::vector<Buffer> buffers_;        // gpu-major
+  std::vector<MemoryRegion> regions_;  // (gpu, nic, buffer)
 };
 
 }  // namespace tutorial

@@ -1,5 +1,6 @@
 #include "common/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/cpu_ticks.h"
 #include "common/errors.h"
 #include "common/main_guard.h"
 #include "common/options.h"
@@ -45,6 +47,28 @@ RdmaWrite WriteJob::MakeWrite(size_t gpu, size_t nic, size_t buf, size_t page) c
   write.remote_addr = remote.addr + uint64_t{request_.page_indices[page]} * page_size;
   write.remote_key = remote.key;
   return write;
+}
+
+void WriteJob::AddThreadUsage(const ThreadUsage& usage) {
+  std::lock_guard<std::mutex> lock(usage_mutex_);
+  usage_.wall_ticks += usage.wall_ticks;
+  usage_.cpu_ns += usage.cpu_ns;
+  usage_.involuntary_switches += usage.involuntary_switches;
+  usage_.migrations =
+      usage_.migrations >= 0 && usage.migrations >= 0 ? usage_.migrations + usage.migrations : -1;
+}
+
+ThreadUsage WriteJob::thread_usage() const {
+  std::lock_guard<std::mutex> lock(usage_mutex_);
+  return usage_;
+}
+
+NetworkCounters SumCounters(Node& node) {
+  NetworkCounters sum;
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) sum += node.net(g, n).counters();
+  }
+  return sum;
 }
 
 bool WriteJob::Interrupted() const {
@@ -186,6 +210,11 @@ class TransferWatch {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       wake_.wait_for(lock, std::chrono::milliseconds(50));
+      // The provider's asynchronous errors (EFA's internal operations).
+      ForEachNet([this](size_t, size_t, Network& net) {
+        std::string error = net.TakeEventError();
+        if (!error.empty()) Abandon("the provider reported an error: " + error);
+      });
       uint64_t now_completed = Completions();
       auto now = Clock::now();
       if (now_completed != last) {
@@ -616,6 +645,39 @@ class RandomFillServer {
     r["gbps"] = outcome.stats.gbps;
     r["mops"] = outcome.stats.mops;
     r["link_gbps"] = node_.link_gbps();
+    // What the chapter's idea moves (docs/README.md, "Counters").
+    const NetworkCounters& c = outcome.counters;
+    r["writes"] = c.writes;
+    r["post_calls"] = c.post_calls;
+    r["doorbells"] = c.doorbells;
+    r["eagain"] = c.eagain;
+    r["cq_reads"] = c.cq_reads;
+    r["cq_empty_reads"] = c.cq_empty_reads;
+    r["cq_entries"] = c.cq_entries;
+    const ThreadUsage& t = outcome.threads;
+    if (t.migrations >= 0) {
+      r["migrations"] = t.migrations;
+    } else {
+      r["migrations"] = nullptr;
+    }
+    r["involuntary_switches"] = t.involuntary_switches;
+    // CPU time inside provider calls: the threads' CPU time, split in the
+    // proportion of their wall time spent inside those calls (a thread
+    // preempted inside a call is not using the CPU; timing every call with
+    // a CPU clock would cost a system call each).
+    double inside = t.wall_ticks > 0 ? std::min(1.0, static_cast<double>(c.provider_ticks) /
+                                                         static_cast<double>(t.wall_ticks))
+                                     : 0.0;
+    double cpu_ns = static_cast<double>(t.cpu_ns);
+    double writes = c.writes > 0 ? static_cast<double>(c.writes) : 1.0;
+    r["writer_cpu_seconds"] = cpu_ns / 1e9;
+    r["writer_wall_seconds"] = static_cast<double>(t.wall_ticks) / TicksPerNanosecond() / 1e9;
+    r["ns_per_write_provider"] = cpu_ns * inside / writes;
+    r["ns_per_write_app"] = cpu_ns * (1 - inside) / writes;
+    r["threading"] = node_.net(0, 0).options().threading == FI_THREAD_SAFE ? "FI_THREAD_SAFE"
+                                                                           : "FI_THREAD_DOMAIN";
+    r["op_pool"] = node_.net(0, 0).options().op_pool;
+    r["doorbell_batching"] = node_.net(0, 0).options().doorbell_batching;
     AppendResult(options_.result_json, r);
   }
 
@@ -637,16 +699,18 @@ class RandomFillServer {
 
 }  // namespace
 
-int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer) {
+int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
+               const NetworkOptions& network_options) {
   std::string program = chapter + "/server";
   return GuardedMain(program.c_str(), [&]() -> int {
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
-    Node node(options, kBuffersPerGpu, options.buffer_size);
+    Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;
+    TicksPerNanosecond();  // calibrated once, before anything is timed
     TakeBackAddressAfterRestart(node.net(0, 0));
     // Bounds what no loop of ours can: a thread stuck inside the provider.
     // A server restarts in place (clients keep its address); with --once it

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "common/network_group.h"
 #include "common/node.h"
 #include "common/progress.h"
+#include "common/thread_stats.h"
 
 namespace tutorial {
 
@@ -55,6 +57,23 @@ class WriteJob {
 
   ProgressLine& progress() { return progress_; }
   Node& node() { return node_; }
+
+  // Every writer thread (and a writer that runs on the calling thread)
+  // holds one of these while it runs: its CPU time, involuntary switches
+  // and migrations go into the transfer's counters.
+  class ThreadStats {
+   public:
+    explicit ThreadStats(WriteJob& job) : job_(job), start_(SampleThisThread()) {}
+    ~ThreadStats() { job_.AddThreadUsage(SampleThisThread() - start_); }
+    ThreadStats(const ThreadStats&) = delete;
+    ThreadStats& operator=(const ThreadStats&) = delete;
+
+   private:
+    WriteJob& job_;
+    ThreadUsage start_;
+  };
+  void AddThreadUsage(const ThreadUsage& usage);
+  ThreadUsage thread_usage() const;
   // Ctrl-C or SIGTERM, or the client stopped answering: writers stop and
   // report the transfer as abandoned. Cheap enough to ask on every loop.
   bool Interrupted() const;
@@ -68,20 +87,30 @@ class WriteJob {
   ProgressLine& progress_;
   const std::atomic<bool>* abandon_;
   size_t num_gpus_, nics_per_gpu_, buffers_per_gpu_;
+  mutable std::mutex usage_mutex_;
+  ThreadUsage usage_{0, 0, 0};
 };
 
-// What a writer reports back. `stats` covers the timed part (after warmup).
+// What a writer reports back. `stats` covers the timed part (after warmup);
+// `counters` and `threads` the writer's whole run, warmup included.
 struct WriteOutcome {
   bool ok = true;
   std::string error;
   TransferStats stats;
+  NetworkCounters counters;  // summed over the NICs
+  ThreadUsage threads;       // summed over the writer threads
 };
 
 using WriterFn = std::function<WriteOutcome(WriteJob&)>;
 
 // Parses the command line, sets up, serves clients one after another.
+// `network_options` are the chapter's choice of library mechanisms.
 // Returns the process's exit code.
-int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer);
+int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
+               const NetworkOptions& network_options);
+
+// The NICs' counters summed (safe while writers run).
+NetworkCounters SumCounters(Node& node);
 
 // How long the server waits for operations in flight once a transfer ends
 // or fails; a drain also gives up after a second without any completion.
@@ -98,21 +127,29 @@ bool DrainTransmits(Node& node, double seconds);
 // A chapter's main(): `Writer` is constructed from the WriteJob and its
 // Run() returns the WriteOutcome. The writer stays alive until the NICs have
 // drained, because a failed transfer can leave completions in flight that
-// still call back into it.
+// still call back into it. `network_options`: the series' mechanisms unless
+// the chapter says otherwise (chapters 16 on).
 template <typename Writer>
-int RunServer(int argc, char** argv, const std::string& chapter) {
-  return ServerMain(argc, argv, chapter, [](WriteJob& job) {
-    Writer writer(job);
-    WriteOutcome outcome;
-    try {
-      outcome = writer.Run();
-    } catch (const std::exception& e) {
-      outcome.ok = false;
-      outcome.error = e.what();
-    }
-    DrainTransmits(job.node(), kDrainSeconds);
-    return outcome;
-  });
+int RunServer(int argc, char** argv, const std::string& chapter,
+              const NetworkOptions& network_options = {}) {
+  return ServerMain(
+      argc, argv, chapter,
+      [](WriteJob& job) {
+        NetworkCounters before = SumCounters(job.node());
+        Writer writer(job);
+        WriteOutcome outcome;
+        try {
+          outcome = writer.Run();
+        } catch (const std::exception& e) {
+          outcome.ok = false;
+          outcome.error = e.what();
+        }
+        outcome.counters = SumCounters(job.node()) - before;
+        outcome.threads = job.thread_usage();
+        DrainTransmits(job.node(), kDrainSeconds);
+        return outcome;
+      },
+      network_options);
 }
 
 }  // namespace tutorial

@@ -143,7 +143,7 @@ TEST_F(ShmPairTest, QueuedWritesGoOutOnPoll) {
   w.remote_key = b_mr_.key();
   for (int i = 0; i < 10; ++i) {
     w.remote_addr = b_mr_.remote_addr() + 64 * i;
-    a_->QueueWrite(w, [&](Network&, RdmaOp& op) {
+    a_->LazyPostWrite(w, [&](Network&, RdmaOp& op) {
       EXPECT_TRUE(op.ok());
       ++done;
     });
@@ -185,7 +185,7 @@ TEST_F(ShmPairTest, NetworkGroupGoesRoundRobin) {
   w.remote_addr = b_mr_.remote_addr();
   w.remote_key = b_mr_.key();
   int done = 0;
-  for (int i = 0; i < 64; ++i) a_->QueueWrite(w, [&](Network&, RdmaOp&) { ++done; });
+  for (int i = 0; i < 64; ++i) a_->LazyPostWrite(w, [&](Network&, RdmaOp&) { ++done; });
   EXPECT_TRUE(group.Backlogged());  // 64 writes wait in a's queue
   ASSERT_TRUE(PollUntil([&] { return done == 64; }));
   EXPECT_FALSE(group.Backlogged());

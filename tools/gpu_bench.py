@@ -34,7 +34,7 @@ import run_chapter  # noqa: E402
 
 PHASES = ["env", "copy", "split", "ceiling", "mt", "mt-host", "cuda", "ceiling-after", "host"]
 CHAPTERS = ["09_multinet", "10_warmup", "11_multithread", "12_pin", "13_shard", "14_batch",
-            "15_lazy"]
+            "15_lazy", "16_thread_domain", "17_op_pool", "18_more"]
 
 
 def emit(out, record):
