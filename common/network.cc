@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "common/cpu_ticks.h"
+#include "common/post_queue.h"
 
 namespace tutorial {
 
@@ -37,7 +38,7 @@ double TicksPerNanosecond() {
 }
 
 uint32_t RequestedApiVersion() {
-  return std::min<uint32_t>(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), fi_version());
+  return ApiVersionFor(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), fi_version());
 }
 
 NetworkCounters& NetworkCounters::operator+=(const NetworkCounters& o) {
@@ -49,6 +50,7 @@ NetworkCounters& NetworkCounters::operator+=(const NetworkCounters& o) {
   cq_empty_reads += o.cq_empty_reads;
   cq_entries += o.cq_entries;
   provider_ticks += o.provider_ticks;
+  op_allocations += o.op_allocations;
   return *this;
 }
 
@@ -62,6 +64,7 @@ NetworkCounters NetworkCounters::operator-(const NetworkCounters& o) const {
   d.cq_empty_reads = cq_empty_reads - o.cq_empty_reads;
   d.cq_entries = cq_entries - o.cq_entries;
   d.provider_ticks = provider_ticks - o.provider_ticks;
+  d.op_allocations = op_allocations - o.op_allocations;
   return d;
 }
 
@@ -317,7 +320,7 @@ MemoryRegion Network::Register(const Buffer& buffer) {
   iovec iov{buffer.data(), buffer.size()};
   // FI_SEND | FI_RECV too: the same buffers carry messages, and EFA checks
   // a registration's access against the operation (as the series does).
-  attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  attr.access = kRegistrationAccess;
   attr.iface = FI_HMEM_SYSTEM;
   // Without FI_MR_PROV_KEY (shm, tcp) the application picks the keys.
   if (!(info_->domain_attr->mr_mode & FI_MR_PROV_KEY)) attr.requested_key = next_mr_key_++;
@@ -489,6 +492,7 @@ NetworkCounters Network::counters() const {
   c.cq_empty_reads = counters_.cq_empty_reads.load(std::memory_order_relaxed);
   c.cq_entries = counters_.cq_entries.load(std::memory_order_relaxed);
   c.provider_ticks = counters_.provider_ticks.load(std::memory_order_relaxed);
+  c.op_allocations = counters_.op_allocations.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -514,6 +518,7 @@ RdmaOp* Network::NewOp(OpType type) {
   if (options_.op_pool) {
     if (free_ops_.empty()) {
       op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
+      Bump(counters_.op_allocations);
       for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
     }
     op = free_ops_.back();
@@ -524,6 +529,7 @@ RdmaOp* Network::NewOp(OpType type) {
     op->handler = nullptr;
   } else {
     op = new RdmaOp;  // the series: one allocation per operation
+    Bump(counters_.op_allocations);
   }
   op->type = type;
   op->state = OpState::kQueued;
@@ -550,6 +556,7 @@ void Network::FreeOp(RdmaOp* op) {
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = 0;
   Bump(counters_.post_calls);
+  if (more_flag == 0) Bump(counters_.doorbells);
   {
     ProviderCall call(*this);
     switch (op->type) {
@@ -597,41 +604,17 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   op->state = OpState::kPosted;
   if (op->type != OpType::kRecv) ++posted_transmits_;
   if (op->type == OpType::kWrite) Bump(counters_.writes);
-  if (more_flag == 0) Bump(counters_.doorbells);
   return 0;
 }
 
 void Network::ProgressPendingOps() {
-  if (!options_.doorbell_batching) {
-    // The series: post in order until the provider refuses one, which goes
-    // back to the front of the queue.
-    while (!pending_.empty()) {
-      if (Submit(pending_.front(), 0) == -FI_EAGAIN) return;
-      pending_.pop_front();
-    }
-    return;
-  }
-  // Chapter 18: runs of WRITEs go out as batches flagged FI_MORE, the last
-  // of each without, so the NIC's doorbell rings once per batch. On EFA a
-  // WRITE flagged FI_MORE waits in a host-side queue for the next post
-  // without it, and counts against the transmit queue meanwhile: so no
-  // batch is larger than the free transmit slots, and every batch is
-  // closed, even one the provider cut short with -FI_EAGAIN.
-  while (!pending_.empty()) {
-    size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
-    // A batch left open must be closed first: its next post carries no
-    // FI_MORE, whatever follows.
-    size_t batch = batch_open_ ? 1 : std::max<size_t>(1, std::min(pending_.size(), free_slots));
-    for (size_t i = 0; i < batch; ++i) {
-      RdmaOp* op = pending_.front();
-      bool last =
-          i + 1 == batch || op->type != OpType::kWrite || pending_[1]->type != OpType::kWrite;
-      if (Submit(op, last ? 0 : FI_MORE) == -FI_EAGAIN) return;
-      pending_.pop_front();
-      batch_open_ = !last;
-      if (last) break;
-    }
-  }
+  // The series posts until the provider refuses one; chapter 18 batches
+  // with FI_MORE (common/post_queue.h says how every batch is closed).
+  size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
+  PostPendingQueue(
+      pending_, options_.doorbell_batching, free_slots, batch_open_,
+      [](const RdmaOp* op) { return op->type == OpType::kWrite; },
+      [this](RdmaOp* op, uint64_t flags) { return Submit(op, flags); });
 }
 
 void Network::Enqueue(RdmaOp* op, bool lazy) {

@@ -72,6 +72,14 @@ struct NetworkOptions {
 // FI_HMEM and real RMA writes) on only for API >= 1.18 (efa_rdm_util.c,
 // use_device_rdma), dma-buf registration only for >= 1.20 (efa_mr.c).
 uint32_t RequestedApiVersion();
+// The rule itself: `header_version` (FI_VERSION of the headers we were
+// built with) capped by `library_version` (fi_version() at run time).
+constexpr uint32_t ApiVersionFor(uint32_t header_version, uint32_t library_version) {
+  return header_version < library_version ? header_version : library_version;
+}
+// The access bits every registration asks for (see Network::Register).
+constexpr uint64_t kRegistrationAccess =
+    FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 // A completion entry for a remote write into our memory, told by its flags
 // as the series does: the efa fabric may leave a stale op_context there.
@@ -187,12 +195,13 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
 struct NetworkCounters {
   uint64_t writes = 0;          // WRITEs the provider accepted
   uint64_t post_calls = 0;      // calls to post anything (accepted or not)
-  uint64_t doorbells = 0;       // accepted posts without FI_MORE
+  uint64_t doorbells = 0;       // ...of them without FI_MORE (each rings the NIC)
   uint64_t eagain = 0;          // posts refused with -FI_EAGAIN
   uint64_t cq_reads = 0;        // fi_cq_read calls
   uint64_t cq_empty_reads = 0;  // ...that found nothing
   uint64_t cq_entries = 0;      // completions they returned
   uint64_t provider_ticks = 0;  // time inside those calls (ReadTicks units)
+  uint64_t op_allocations = 0;  // heap allocations for operation contexts
 
   NetworkCounters& operator+=(const NetworkCounters& o);
   NetworkCounters operator-(const NetworkCounters& o) const;
@@ -263,6 +272,8 @@ class Network {
   const NetworkOptions& options() const { return options_; }
   // A copy of the counters; safe from any thread.
   NetworkCounters counters() const;
+  // The endpoint's event queue, for tests that play the provider's part.
+  fid_eq* event_queue_for_testing() { return eq_.get(); }
 
   // Sends and writes still in our queue fail with FI_ECANCELED, reported by
   // the next PollCompletion(). Receives stay queued.
@@ -391,7 +402,7 @@ class Network {
   std::atomic<uint64_t> calls_finished_{0};
   struct {
     std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
-        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0};
+        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0};
   } counters_;
 };
 

@@ -654,6 +654,7 @@ class RandomFillServer {
     r["cq_reads"] = c.cq_reads;
     r["cq_empty_reads"] = c.cq_empty_reads;
     r["cq_entries"] = c.cq_entries;
+    r["op_allocations"] = c.op_allocations;
     const ThreadUsage& t = outcome.threads;
     if (t.migrations >= 0) {
       r["migrations"] = t.migrations;
