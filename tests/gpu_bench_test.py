@@ -6,21 +6,51 @@ CI instead: the ceiling, the provider alone (mt-host), the last chapter split
 over processes, and every chapter given. Two chapters run for real (server and client, shm over real
 libfabric, every byte verified). fi_rma_bw is a stand-in (tests/fake_fabtests,
 which says why): the test checks how the bench starts the pairs, parses their
-rows and sums them, and that gpu_tables turns the records into tables that
-its own --check accepts.
+rows and sums them, that it calibrates each pair's WRITEs by time from a short
+run, that a pair that exits with an error or hangs is recorded with its
+reason and last output, and that gpu_tables turns the records into tables
+that its own --check accepts. Each bench gets free out-of-band ports
+(--oob-port): other checkouts may run this test on the same machine.
 """
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"]
 CHAPTERS = ["10_warmup", "15_lazy"]
 PAGE = 65536
 ITERS = 1000  # per fake fi_rma_bw pair, which reports them moved in 0.5 s
+USEC = 500  # the fake's time per WRITE (FAKE_FABTESTS_USEC's default)
+
+
+def free_port_base(count=4):
+    """A base port with `count` free ports after it: other checkouts' tests may
+    run fabtests stand-ins on the same machine at the same time."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count >= 65536:
+            continue
+        try:
+            held = []
+            for k in range(count):
+                t = socket.socket()
+                held.append(t)
+                t.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in held:
+                t.close()
+    raise RuntimeError("no free ports")
 
 
 def run(args, timeout):
@@ -40,9 +70,15 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
                          "--sizes", PAGE, "--host-sizes", PAGE, "--host-gpus", 1,
                          "--host-nics", 2, "--nics-per-gpu", 2, "--split-memory", "host",
                          "--runs", 1, "--ops-per-run", 2000, "--iters-mt-host", ITERS,
-                         "--buffer-bytes", 4 << 20, "--iters-small", ITERS,
+                         "--buffer-bytes", 4 << 20,
+                         # The ceiling's WRITEs come from the short run (100 at
+                         # 500 us each): 0.5 s makes ITERS; --iters-small would
+                         # be used only without calibration.
+                         "--calibrate-iters", 100, "--ceiling-seconds", ITERS * USEC / 1e6,
+                         "--iters-small", 7,
                          "--chapters", ",".join(CHAPTERS), "--run-timeout", 60,
-                         "--ceiling-timeout", 60, "--budget", 200], timeout=300)
+                         "--ceiling-timeout", 60, "--budget", 200,
+                         "--oob-port", free_port_base()], timeout=300)
         records = cls.out / "records.jsonl"
         cls.records = ([json.loads(line) for line in records.read_text().splitlines()]
                        if records.exists() else [])
@@ -71,6 +107,13 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         one_pair_gbps = PAGE * ITERS / 0.5 * 8 / 1e9
         self.assertAlmostEqual(ceiling["gbps"], 2 * one_pair_gbps, delta=0.01)
         self.assertEqual(ceiling["pair_seconds"], [0.5, 0.5])
+
+    def test_ceiling_iterations_are_calibrated_by_time(self):
+        for ceiling in self.phase("ceiling"):
+            self.assertEqual(ceiling["calibration"]["iters"], 100)
+            self.assertEqual(ceiling["calibration"]["usec_per_write"], [USEC, USEC])
+            self.assertEqual(ceiling["iters"], [ITERS, ITERS])
+            self.assertEqual(ceiling["failures"], [])
 
     def test_provider_alone_in_one_process_and_in_many(self):
         mt = self.phase("mt")
@@ -114,6 +157,62 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 
 
+class GpuBenchFailingPairTest(unittest.TestCase):
+    """A pair that fails is recorded with its reason and last output, not as
+    an empty string; the tables say why the ceiling is missing."""
+
+    def bench(self, pair, how, *flags):
+        tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
+        self.addCleanup(tmp.cleanup)
+        out = pathlib.Path(tmp.name) / "bench"
+        port = free_port_base()
+        env = dict(os.environ, FAKE_FABTESTS_FAIL=f"{port + pair}:{how}")
+        flags += ("--oob-port", port)
+        result = subprocess.run(
+            [sys.executable, str(RUNFILES / "tools" / "gpu_bench.py"),
+             "--bin-dir", str(RUNFILES / "chapters"),
+             "--fabtests", str(RUNFILES / "tests" / "fake_fabtests"), "--out", str(out),
+             "--phases", "ceiling", "--sizes", str(PAGE), "--nics-per-gpu", "2",
+             "--calibrate-iters", "100", "--chapters", ",".join(CHAPTERS), *map(str, flags)],
+            capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(result.returncode, 0, result.stdout[-2000:] + result.stderr)
+        records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+        (ceiling,) = [r for r in records if r["phase"] == "ceiling"]
+        tables = pathlib.Path(tmp.name) / "tables"
+        made = run([RUNFILES / "tools" / "gpu_tables.py", out / "records.jsonl", tables,
+                    "--command", "gpu_bench_test"], timeout=120)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        return ceiling, (tables / "results.md").read_text()
+
+    def test_a_pair_that_exits_with_an_error(self):
+        ceiling, tables = self.bench(1, "exit")
+        self.assertFalse(ceiling["ok"])
+        self.assertEqual(ceiling["failed_in"], "calibration")
+        self.assertEqual(len(ceiling["failures"]), 1, ceiling["failures"])
+        (failure,) = ceiling["failures"]
+        self.assertEqual((failure["pair"], failure["role"]), (1, "client"))
+        self.assertEqual((failure["reason"], failure["exit_code"]), ("exit code 3", 3))
+        self.assertEqual(failure["last_lines"][-1], "fi_cq_read(): fake failure, -FI_EIO")
+        self.assertEqual(ceiling["errors"], [
+            "pair 1 client: exit code 3; last output: fake fi_rma_bw: posting 100 writes | "
+            "fi_cq_read(): fake failure, -FI_EIO"])
+        self.assertIn("no complete measurement: pair 1 client in the calibration run: exit "
+                      "code 3 (last output: fi_cq_read(): fake failure, -FI_EIO)", tables)
+
+    def test_a_pair_that_hangs_is_stopped_at_the_timeout(self):
+        started = time.monotonic()
+        ceiling, _ = self.bench(0, "hang", "--ceiling-timeout", 3, "--ceiling-seconds", 1)
+        self.assertLess(time.monotonic() - started, 60)
+        self.assertFalse(ceiling["ok"])
+        self.assertEqual(len(ceiling["failures"]), 1, ceiling["failures"])
+        (failure,) = ceiling["failures"]
+        self.assertEqual((failure["pair"], failure["role"]), (0, "client"))
+        self.assertEqual(failure["reason"], "timed out after 3 s (the batch's --ceiling-timeout)")
+        self.assertIsNone(failure["exit_code"])
+        # Its output up to the kill is kept (fabtests' stdio is line-buffered).
+        self.assertEqual(failure["last_lines"], ["fake fi_rma_bw: posting 100 writes"])
+
+
 class GpuBenchBadFlagsTest(unittest.TestCase):
     """A wrong flag costs no GPU time: one error line, exit 2, nothing written."""
 
@@ -140,6 +239,18 @@ class GpuBenchBadFlagsTest(unittest.TestCase):
 
     def test_missing_chapter_binaries(self):
         self.assertIn("--bin-dir: no 10_warmup/server", self.bench("--bin-dir", RUNFILES / "tools"))
+
+    def test_sides_with_different_numbers_of_gpus(self):
+        self.assertIn("as many devices on each side",
+                      self.bench("--server-devices", "0,1", "--client-devices", "2"))
+
+    def test_one_gpu_for_both_sides_is_accepted(self):
+        out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "one-gpu"
+        result = run([RUNFILES / "tools" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
+                      "--fabtests", RUNFILES / "tests" / "fake_fabtests", "--out", out,
+                      "--chapters", ",".join(CHAPTERS), "--phases", "env",
+                      "--server-devices", "0", "--client-devices", "0"], timeout=60)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
     def test_missing_copy_probe(self):
         self.assertIn("no probes/cuda_copy_probe", self.bench("--phases", "copy"))

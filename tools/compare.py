@@ -1,26 +1,33 @@
 #!/usr/bin/env python3
-"""Runs every chapter on this machine and records a table and a plot.
+"""Runs every chapter on this machine and writes a table and a plot.
 
 Builds every chapter's server and client, runs each chapter a few times over a
 local provider (tools/run_chapter.py does one run), keeps the median, and
-writes into results/<machine>-<provider>-<memory>/:
+writes into a folder named <machine>-<provider>-<memory>:
 
   results.md    the table, with the machine, libfabric, command line and date
   results.csv   the same numbers, one row per chapter
   results.json  the settings and every run's raw server record
   plot.png      Gbps and Mops/s per chapter, beside the series' p5 ladder
 
+By default that folder is out/results/<name>/, which git ignores: a run
+leaves the checkout as it was. Recording is a separate, explicit step:
+--record writes into results/<name>/ (tracked) and refreshes the result
+tables of the docs pages (tools/docs_diff.py --write); --record-from copies a
+folder made earlier into results/ the same way, without measuring again.
+
   python3 tools/compare.py                      # shm, host memory, 3 runs each
   python3 tools/compare.py --provider tcp
   python3 tools/compare.py --provider shm --gpus 2 --nics-per-gpu 2
   python3 tools/compare.py --chapters 13_shard 14_batch --runs 5
+  python3 tools/compare.py --record-from out/results/2core-amd-epyc-shm-host
+  python3 tools/compare.py --record             # measure and record at once
   python3 tools/compare.py --redraw results/2core-amd-epyc-shm-host
 
 <machine> is --machine, or a slug of the core count and CPU model
 ("2core-amd-epyc"). A layout other than 1 GPU x 2 NICs adds "-<G>x<K>" to the
 folder name, a page size other than 65536 adds "-page<B>"; --out names the
-folder outright. A folder under results/ also refreshes the result tables of
-the docs pages (tools/docs_diff.py --write; --no-docs skips that).
+folder outright (a folder under results/ only with --record).
 """
 import argparse
 import contextlib
@@ -45,6 +52,9 @@ import run_chapter  # noqa: E402
 import series  # noqa: E402
 
 ROOT = run_chapter.ROOT
+RECORDED = ROOT / "results"  # tracked: the docs pages' tables come from here
+SCRATCH = ROOT / "out" / "results"  # git-ignored: where a run writes unless told to record
+RESULT_FILES = ("results.md", "results.csv", "results.json", "plot.png")
 DEFAULT_LAYOUT = (1, 2)  # GPUs, NICs per GPU: run_chapter's defaults
 DEFAULT_PAGE_SIZE = 65536  # the series' page
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "gbps_median", "mops_median", "gbps_min",
@@ -474,6 +484,72 @@ def redraw(out_dir):
     return 0 if plot(out_dir) else 1
 
 
+# --- recording -------------------------------------------------------------
+
+def shown(path):
+    """path relative to the checkout where it lies inside it."""
+    path = pathlib.Path(path)
+    try:
+        return path.resolve().relative_to(ROOT.resolve())
+    except ValueError:
+        return path
+
+
+def is_recorded(path):
+    """Whether path lies under results/ (tracked files)."""
+    return pathlib.Path(path).resolve().is_relative_to(RECORDED.resolve())
+
+
+def refresh_docs():
+    """Regenerates the docs pages' result tables from results/ (what
+    `bazel test //docs:all` checks). Returns True when it worked."""
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "docs_diff.py"), "--write"],
+                          cwd=ROOT, stdout=subprocess.DEVNULL).returncode == 0
+
+
+def say_replaced(out_dir, replaced):
+    if not replaced:
+        return
+    hint = ""
+    if is_recorded(out_dir):
+        # In a checkout, git still has the recorded folder.
+        rel = shown(out_dir)
+        hint = f" (`git diff -- {rel}` compares, `git checkout -- {rel}` restores them)"
+    print(f"compare: replaced the results recorded there on {replaced}{hint}")
+
+
+def say_how_to_record(out_dir):
+    print(f"compare: the new results are in {shown(out_dir)}/ (git ignores out/: the checkout "
+          "is unchanged)")
+    print(f"compare: to record them in results/ and the docs pages' tables: "
+          f"python3 tools/compare.py --record-from {shown(out_dir)}")
+
+
+def record_from(src, dest, docs):
+    """Copies a folder compare.py made (results.json and the files beside it)
+    into dest under results/, then refreshes the docs pages' tables."""
+    replaced = previous_recording(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name in RESULT_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, dest / name)
+            copied.append(name)
+        elif (dest / name).exists():
+            (dest / name).unlink()  # a stale plot must not stand beside new numbers
+    print(f"compare: recorded {', '.join(copied)} from {shown(src)} in {shown(dest)}")
+    say_replaced(dest, replaced)
+    if docs:
+        if refresh_docs():
+            print("compare: refreshed the result tables in docs/ and results/README.md "
+                  "(tools/docs_diff.py --write)")
+        else:
+            print("compare: tools/docs_diff.py --write failed; run it by hand", file=sys.stderr)
+            return 1
+    print("compare: review with `git status` and `git diff`, then commit them")
+    return 0
+
+
 # --- main ------------------------------------------------------------------
 
 def main():
@@ -488,12 +564,21 @@ def main():
     parser.add_argument("--machine", default=None,
                         help="machine name in the folder name (default: cores and CPU model)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
-                        help="output folder (default: results/<machine>-<provider>-<memory>)")
+                        help="output folder (default: out/results/<name>, git-ignored; "
+                             "results/<name> with --record; a folder under results/ needs "
+                             "--record)")
+    parser.add_argument("--record", action="store_true",
+                        help="record: write into results/<name>/ (tracked) and refresh the docs "
+                             "pages' result tables; without it nothing tracked is written")
+    parser.add_argument("--record-from", type=pathlib.Path, default=None, metavar="DIR",
+                        help="record a folder made earlier (e.g. out/results/<name>) into "
+                             "results/<its name>/ (or --out) and refresh the docs pages' tables; "
+                             "measures nothing")
     parser.add_argument("--verbose", action="store_true",
                         help="show every line the server and client print")
     parser.add_argument("--no-docs", action="store_true",
-                        help="leave the docs pages' result tables alone (by default they are "
-                             "regenerated when the folder is under results/)")
+                        help="with --record or --record-from: leave the docs pages' result "
+                             "tables alone")
     parser.add_argument("--redraw", type=pathlib.Path, default=None, metavar="DIR",
                         help="rewrite DIR's results.md, results.csv and plot.png from the runs "
                              "recorded in DIR/results.json, and exit")
@@ -505,6 +590,18 @@ def main():
         return 0 if plot(args.plot_only) else 1
     if args.redraw:
         return redraw(args.redraw)
+    if args.record_from:
+        src = args.record_from
+        try:
+            name = json.loads((src / "results.json").read_text())["meta"]["name"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--record-from: {src}/results.json is not a compare.py folder ({e})")
+        dest = args.out or RECORDED / name
+        if not is_recorded(dest):
+            parser.error(f"--record-from: {dest} is not under results/")
+        if dest.resolve() == src.resolve():
+            parser.error(f"--record-from: {src} is already recorded there")
+        return record_from(src, dest, not args.no_docs)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     chapter_list = args.chapters or run_chapter.chapters()
@@ -514,12 +611,15 @@ def main():
         name += f"-{args.gpus}x{args.nics_per_gpu}"
     if args.page_size != DEFAULT_PAGE_SIZE:
         name += f"-page{args.page_size}"
-    out_dir = args.out or ROOT / "results" / name
+    out_dir = args.out or (RECORDED if args.record else SCRATCH) / name
+    if is_recorded(out_dir) and not args.record:
+        parser.error(f"--out {shown(out_dir)}: results/ holds the recorded (tracked) results; "
+                     "add --record to write there, or leave --out out (out/results/)")
     command = "python3 tools/compare.py" + ("" if len(sys.argv) < 2 else
                                             " " + shlex.join(sys.argv[1:]))
     print(f"compare: {len(chapter_list)} chapter(s) x {args.runs} run(s) over {args.provider}, "
           f"{args.memory} memory, {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s); "
-          f"results go to {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}",
+          f"results go to {shown(out_dir)}",
           flush=True)
 
     code = code_version()  # before the build: what the binaries are built from
@@ -575,11 +675,10 @@ def main():
     write_markdown(out_dir / "results.md", meta, rows)
     drew = plot(out_dir)
     refreshed = False
-    if not args.no_docs and out_dir.resolve().parent == (ROOT / "results").resolve():
+    if args.record and not args.no_docs and is_recorded(out_dir):
         # The docs pages' result tables are generated from results/*/: keep
         # them in step, so that `bazel test //...` (which checks them) passes.
-        refreshed = subprocess.run([sys.executable, str(ROOT / "tools" / "docs_diff.py"),
-                                    "--write"], cwd=ROOT, stdout=subprocess.DEVNULL).returncode == 0
+        refreshed = refresh_docs()
 
     print()
     print(f"{out_dir.name}: {layout_text(meta)}, median of {args.runs} run(s), "
@@ -587,18 +686,13 @@ def main():
     print(markdown_table(rows))
     print()
     print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
-          f"{', plot.png' if drew else ''} to {out_dir}")
-    if replaced:
-        # Same machine slug, provider and memory: the folder is rewritten. In a
-        # checkout, git still has the recorded one.
-        hint = ""
-        if out_dir.resolve().is_relative_to(ROOT.resolve()):
-            rel = out_dir.resolve().relative_to(ROOT.resolve())
-            hint = f" (`git diff -- {rel}` compares, `git checkout -- {rel}` restores them)"
-        print(f"compare: replaced the results recorded there on {replaced}{hint}")
+          f"{', plot.png' if drew else ''} to {shown(out_dir)}")
+    say_replaced(out_dir, replaced)
     if refreshed:
         print("compare: refreshed the result tables in docs/ and results/README.md "
               "(tools/docs_diff.py --write)")
+    if not is_recorded(out_dir):
+        say_how_to_record(out_dir)
     if other_cpu is not None and other_cpu > 0.1:
         print(f"compare: warning: other processes took {100 * other_cpu:.0f}% of the CPU time "
               f"during the runs; the numbers are skewed (see results.md)", file=sys.stderr)

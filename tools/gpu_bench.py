@@ -9,7 +9,10 @@ measured. tools/gpu_tables.py turns the records into tables.
 
   phases:
     env       GPUs, driver, CUDA, CPU, libfabric
-    ceiling   fi_rma_bw -o writedata, one pair per endpoint, run concurrently
+    ceiling   fi_rma_bw -o writedata, one pair per endpoint, run concurrently;
+              each pair's WRITEs calibrated from a short run to last
+              --ceiling-seconds; a failed pair is recorded with its reason
+              (timeout, exit code, no result row) and last output lines
     mt        fi_rdm_bw_mt, CUDA memory on the first GPU of each side: that
               GPU's endpoints in one process per side, then one process per
               endpoint (the provider's limit for one process)
@@ -23,6 +26,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -96,79 +100,149 @@ def wait_listening(ports, processes, timeout):
     time.sleep(0.2)
 
 
-def fabtests_pairs(args, tool, extra, size, pairs, sender_devices, receiver_devices, iters):
+def last_lines(text, n=5):
+    return [line for line in (text or "").splitlines() if line.strip()][-n:]
+
+
+def finish(p, deadline):
+    """Waits for p until deadline; kills it then. Returns (its output, whether
+    it ran out of time)."""
+    try:
+        out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        return out or "", False
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        return out or "", True
+
+
+def fabtests_pairs(args, tool, extra, size, pairs, sender_devices, receiver_devices, iters,
+                   timeout=None):
     """Runs `pairs` pairs of a fabtests benchmark at once, each on its own
-    out-of-band port; returns ok, the summed MB/s and Mops/s, and errors.
-    The fabtests server (no address) receives the data; *_devices pick each
-    pair's CUDA device (None: host memory)."""
-    base = [f"{args.fabtests}/{tool}", "-p", "shm", "-S", str(size), "-I", str(iters)] + extra
+    out-of-band port; returns ok, the summed MB/s and Mops/s, errors (one line
+    per failed process), each pair's seconds, each pair's usec per transfer
+    (fabtests' usec/xfer) and failures (per failed process: pair, role,
+    reason, exit code, last output lines). `iters` is one count for every
+    pair or a list with one per pair. The fabtests server (no address)
+    receives the data; *_devices pick each pair's CUDA device (None: host
+    memory)."""
+    iters = list(iters) if isinstance(iters, (list, tuple)) else [iters] * pairs
+    timeout = args.ceiling_timeout if timeout is None else timeout
+    # fabtests prints through stdio, fully buffered into a pipe: line-buffer
+    # it so that a pair killed at the deadline still shows its last lines.
+    stdbuf = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+
+    def base(k):
+        return stdbuf + [f"{args.fabtests}/{tool}", "-p", "shm", "-S", str(size), "-I",
+                         str(iters[k])] + extra
 
     def device(devices, k):
         return ["-D", "cuda", "-i", str(devices[k % len(devices)])] if devices else []
 
-    servers = [subprocess.Popen(base + [f"-E={9300 + k}"] + device(receiver_devices, k),
+    servers = [subprocess.Popen(base(k) + [f"-E={args.oob_port + k}"] + device(receiver_devices, k),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for k in range(pairs)]
     # fabtests' out-of-band socket: a client that connects before its server
     # listens fails with "Connection refused" (8 servers starting CUDA at once
     # can take longer than a fixed sleep).
-    wait_listening([9300 + k for k in range(pairs)], servers, timeout=30)
-    clients = [subprocess.Popen(base + [f"-E={9300 + k}"] + device(sender_devices, k) +
+    wait_listening([args.oob_port + k for k in range(pairs)], servers, timeout=30)
+    clients = [subprocess.Popen(base(k) + [f"-E={args.oob_port + k}"] + device(sender_devices, k) +
                                 ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
                for k in range(pairs)]
     mbps = mops = 0.0
-    ok, errors, seconds = True, [], []
+    seconds, usec, failures = [], [], []
     # One deadline for the whole batch: waiting on each process in turn with
     # its own timeout once let a hung pair hold the machine for many minutes.
-    deadline = time.monotonic() + args.ceiling_timeout
-    for p in clients + servers:
-        try:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            out, ok = "", False
-        if p in clients:
-            rows = [ROW.match(line) for line in out.splitlines()]
-            rows = [r for r in rows if r]
+    deadline = time.monotonic() + timeout
+    roles = [(k, "client", p) for k, p in enumerate(clients)] + \
+            [(k, "server", p) for k, p in enumerate(servers)]
+    for k, role, p in roles:
+        out, timed_out = finish(p, deadline)
+        reason = None
+        if timed_out:
+            reason = f"timed out after {timeout:g} s (the batch's --ceiling-timeout)"
+        elif p.returncode != 0:
+            reason = f"exit code {p.returncode}"
+        if role == "client" and reason is None:
+            rows = [r for r in map(ROW.match, out.splitlines()) if r]
             if rows:
                 mbps += float(rows[-1].group(5))  # fabtests' MB is 10^6 bytes
                 mops += float(rows[-1].group(5)) / size
                 seconds.append(float(rows[-1].group(4)))
+                usec.append(float(rows[-1].group(6)))
             else:
-                ok = False
-                errors.append(out[-600:])
-                print(out[-2000:], flush=True)
-    for p in clients + servers:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    return ok, mbps, mops, errors, seconds
+                reason = "no result row in its output"
+        if reason is not None:
+            failures.append({"pair": k, "role": role, "reason": reason,
+                             "exit_code": None if timed_out else p.returncode,
+                             "iters": iters[k], "last_lines": last_lines(out)})
+            print(f"gpu_bench: {tool} pair {k} {role}: {reason}\n" + out[-2000:], flush=True)
+    errors = [f"pair {f['pair']} {f['role']}: {f['reason']}"
+              + (f"; last output: {' | '.join(f['last_lines'])}" if f["last_lines"] else
+                 "; no output")
+              for f in failures]
+    return not failures, mbps, mops, errors, seconds, usec, failures
 
 
-def rma_bw_pairs(args, size, pairs, cuda, iters):
+def rma_bw_pairs(args, size, pairs, cuda, iters, timeout=None):
     """fi_rma_bw, one pair per endpoint: the issue's ceiling. For a WRITE the
     fabtests server is the target, so it sits on the client's device."""
     return fabtests_pairs(args, "fi_rma_bw", ["-W", "64", "-o", "writedata"], size, pairs,
                           args.server_devices if cuda else None,
-                          args.client_devices if cuda else None, iters)
+                          args.client_devices if cuda else None, iters, timeout)
+
+
+def calibrated_iters(args, usec):
+    """WRITEs for each pair to run about --ceiling-seconds, from the pair's
+    time per WRITE in the short run; at least --calibrate-iters, at most
+    --iters-max."""
+    return [max(args.calibrate_iters,
+                min(args.iters_max, round(args.ceiling_seconds * 1e6 / max(u, 1e-3))))
+            for u in usec]
 
 
 def phase_ceiling(args, memory, sizes, pairs):
+    tool = "fi_rma_bw -o writedata -W 64"
     for size in sizes:
-        iters = args.iters_small if size < 1 << 20 else args.iters_large
-        ok, mbps, mops, errors, seconds = rma_bw_pairs(args, size, pairs, memory == "cuda", iters)
+        calibration = None
+        if args.calibrate_iters > 0:
+            # A short run of all the pairs at once (as they will run) gives each
+            # pair's time per WRITE under that load: four pairs sharing one
+            # GPU took 30 times as long per WRITE as one pair alone.
+            ok, _, _, errors, _, usec, failures = rma_bw_pairs(
+                args, size, pairs, memory == "cuda", args.calibrate_iters)
+            calibration = {"iters": args.calibrate_iters, "ok": ok, "usec_per_write": usec,
+                           "target_seconds": args.ceiling_seconds}
+            if not ok:
+                emit(args.out, {"phase": "ceiling", "tool": tool, "provider": "shm",
+                                "memory": memory, "page_size": size, "pairs": pairs,
+                                "ok": False, "gbps": 0, "mops": 0, "iters": [],
+                                "pair_seconds": [], "gbps_lower_bound": 0,
+                                "calibration": calibration, "errors": errors,
+                                "failures": failures,
+                                "failed_in": "calibration"})
+                continue
+            iters = calibrated_iters(args, usec)
+        else:
+            iters = [args.iters_small if size < 1 << 20 else args.iters_large] * pairs
+        ok, mbps, mops, errors, seconds, _, failures = rma_bw_pairs(
+            args, size, pairs, memory == "cuda", iters)
         # The pairs start one after another (each initialises CUDA and
         # connects first), so the sum of their rates is the aggregate only
         # where they overlap: runs must be long against that skew. all bytes
         # over the longest pair's time is a lower bound; near the sum when the
         # pairs overlapped, far below it when they ran one after another.
-        emit(args.out, {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
-                        "memory": memory, "page_size": size, "pairs": pairs, "ok": ok,
-                        "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters,
-                        "pair_seconds": seconds,
-                        "gbps_lower_bound": pairs * iters * size * 8 / max(seconds) / 1e9
-                        if ok and seconds else 0,
-                        "errors": errors})
+        record = {"phase": "ceiling", "tool": tool, "provider": "shm",
+                  "memory": memory, "page_size": size, "pairs": pairs, "ok": ok,
+                  "gbps": mbps * 8 / 1000, "mops": mops, "iters": iters,
+                  "pair_seconds": seconds,
+                  "gbps_lower_bound": sum(iters) * size * 8 / max(seconds) / 1e9
+                  if ok and seconds else 0,
+                  "errors": errors, "failures": failures}
+        if calibration:
+            record["calibration"] = calibration
+        emit(args.out, record)
 
 
 def phase_mt(args, memory, sizes, endpoints, iters):
@@ -180,7 +254,7 @@ def phase_mt(args, memory, sizes, endpoints, iters):
     cuda = memory == "cuda"
     for size in sizes:
         for procs, threads in ((1, endpoints), (endpoints, 1)):
-            ok, mbps, mops, errors, seconds = fabtests_pairs(
+            ok, mbps, mops, errors, seconds, _, _ = fabtests_pairs(
                 args, "fi_rdm_bw_mt", ["-n", str(threads)], size, procs,
                 args.server_devices[:1] if cuda else None,
                 args.client_devices[:1] if cuda else None, iters)
@@ -348,11 +422,22 @@ def main():
     p.add_argument("--buffer-bytes", type=int, default=256 << 20,
                    help="bytes per client buffer (pages per buffer: this / page size, at most 1000)")
     # fi_rma_bw WRITEs per pair: enough for seconds of overlap between pairs
-    # (5000 at 1 MiB lasted about 70 ms, shorter than the pairs' start skew).
+    # (5000 at 1 MiB lasted about 70 ms, shorter than the pairs' start skew),
+    # but a fixed count can take minutes where the pairs share a GPU: the
+    # count comes from a short run of the same pairs.
+    p.add_argument("--ceiling-seconds", type=float, default=5,
+                   help="how long each fi_rma_bw pair of the ceiling should run; its WRITEs "
+                        "are calibrated from a short run of all pairs at once (default 5)")
+    p.add_argument("--calibrate-iters", type=int, default=2000,
+                   help="fi_rma_bw WRITEs per pair of the short calibration run, and the "
+                        "fewest of the real one; 0: no calibration, --iters-small and "
+                        "--iters-large as given (default 2000)")
+    p.add_argument("--iters-max", type=int, default=2000000,
+                   help="the most fi_rma_bw WRITEs a calibrated pair gets (default 2000000)")
     p.add_argument("--iters-small", type=int, default=300000,
-                   help="fi_rma_bw WRITEs per pair below 1 MiB")
+                   help="with --calibrate-iters 0: fi_rma_bw WRITEs per pair below 1 MiB")
     p.add_argument("--iters-large", type=int, default=150000,
-                   help="fi_rma_bw WRITEs per pair at 1 MiB and up")
+                   help="with --calibrate-iters 0: fi_rma_bw WRITEs per pair at 1 MiB and up")
     p.add_argument("--iters-mt", type=int, default=20000, help="sends per thread, phase mt")
     p.add_argument("--iters-mt-host", type=int, default=50000, help="sends per thread, mt-host")
     p.add_argument("--host-gpus", type=int, default=8, help="groups of the host phase (a p5: 8)")
@@ -362,8 +447,12 @@ def main():
     p.add_argument("--budget", type=float, default=500,
                    help="seconds from the start after which no further chapter run starts")
     p.add_argument("--ceiling-timeout", type=float, default=60,
-                   help="seconds for one batch of concurrent fi_rma_bw pairs")
+                   help="seconds for one batch of concurrent fi_rma_bw pairs (the calibration "
+                        "run and the real one each; at least twice --ceiling-seconds)")
     p.add_argument("--run-timeout", type=float, default=60, help="seconds for one chapter run")
+    p.add_argument("--oob-port", type=int, default=9300,
+                   help="fabtests' out-of-band TCP port of the first pair (-E); pair k uses "
+                        "this + k (default 9300)")
     p.add_argument("--split-memory", default="cuda", help="memory kind of the split phase")
     p.add_argument("--copy-modes", default="copy,ipc-handle",
                    help="cuda_copy_probe --mode values of the copy phase, comma-separated")
@@ -376,6 +465,10 @@ def main():
     args.chapters = args.chapters.split(",")
     args.poll_threads = args.poll_threads.split(",")
     wanted = set(args.phases.split(","))
+    if args.calibrate_iters < 0 or args.iters_max < max(1, args.calibrate_iters):
+        p.error("--calibrate-iters: 0 or more, and no more than --iters-max")
+    if args.ceiling_seconds <= 0 or args.ceiling_timeout < 2 * args.ceiling_seconds:
+        p.error("--ceiling-seconds: more than 0, and --ceiling-timeout at least twice it")
     unknown = wanted - set(PHASES)
     if unknown:
         p.error(f"--phases: unknown {', '.join(sorted(unknown))} (known: {', '.join(PHASES)})")
@@ -397,8 +490,15 @@ def main():
     if "copy" in wanted and not os.access(args.bin_dir / "probes" / "cuda_copy_probe", os.X_OK):
         p.error(f"--bin-dir: no probes/cuda_copy_probe in {args.bin_dir}")
     args.copy_modes = args.copy_modes.split(",")
-    args.server_devices = [int(x) for x in args.server_devices.split(",")]
-    args.client_devices = [int(x) for x in args.client_devices.split(",")]
+    try:
+        args.server_devices = [int(x) for x in args.server_devices.split(",")]
+        args.client_devices = [int(x) for x in args.client_devices.split(",")]
+    except ValueError:
+        p.error("--server-devices, --client-devices: comma-separated CUDA device numbers")
+    if len(args.server_devices) != len(args.client_devices):
+        # One group per device on each side: the two sides must agree.
+        p.error("--server-devices and --client-devices: as many devices on each side "
+                "(the same device on both is fine: --server-devices 0 --client-devices 0)")
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     sizes = [int(x) for x in args.sizes.split(",")]

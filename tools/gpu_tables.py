@@ -66,9 +66,22 @@ class Ceiling:
     def mops(self):
         return sum(r["mops"] for r in self.good) / len(self.good) if self.good else None
 
+    def why_failed(self):
+        """The failed pairs' reasons, as gpu_bench records them (older records
+        say nothing)."""
+        reasons = []
+        for r in self.records:
+            for f in r.get("failures") or []:
+                last = f" (last output: {f['last_lines'][-1]})" if f.get("last_lines") else ""
+                where = f" in the {r['failed_in']} run" if r.get("failed_in") else ""
+                reasons.append(f"pair {f['pair']} {f['role']}{where}: {f['reason']}{last}")
+        return reasons
+
     def describe(self):
         if not self.good:
-            return f"Ceiling (fi_rma_bw, {self.pairs} pairs): no complete measurement"
+            why = self.why_failed()
+            return (f"Ceiling (fi_rma_bw, {self.pairs} pairs): no complete measurement"
+                    + (": " + "; ".join(why) if why else ""))
         runs = ", ".join(f"{r['gbps']:.1f}" + ("" if r.get("ok") else " (a pair failed)")
                          for r in self.records)
         text = (f"Ceiling (fi_rma_bw, {self.pairs} pairs): **{self.gbps:.1f} Gbps**, "
@@ -209,6 +222,18 @@ def markdown(env, ceilings, table, failures, command, title, extra):
                 pages = f" {r['pages']} |" if pages_col else ""
                 lines += [f"| {r['chapter']} |{poll}{pages} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
             lines += [""]
+    # A failed ceiling with no chapter run of its memory and size (a bench
+    # that ran only the ceiling, or whose chapters failed too): say why, where
+    # the records say (gpu_bench's "failures"; older records do not).
+    # Complete ones are shown beside the split and copy phases.
+    shown = {(r["memory"], r["page_size"]) for r in table}
+    alone = sorted(k for k in ceilings if k not in shown and not ceilings[k].good
+                   and ceilings[k].why_failed())
+    if alone:
+        lines += ["## Failed ceilings", ""]
+        for memory, size in alone:
+            lines += [f"{memory} memory, {size_name(size)} pages. {ceilings[(memory, size)].describe()}",
+                      ""]
     lines += split_section(extra["split"], ceilings) + copy_section(extra["copy"])
     lines += mt_section(extra["mt"])
     if failures:

@@ -11,6 +11,7 @@ packages=(
   libfabric-bin       # fi_info, to see what libfabric finds
   libhwloc-dev        # topology: which NICs and cores belong to which GPU
   hwloc               # lstopo / hwloc-ls, to look at it yourself
+  iproute2            # ip netns: two hosts on one machine (tests/two_hosts_netns_test.py)
   libgtest-dev        # GoogleTest
   libcli11-dev        # command-line parsing
   nlohmann-json3-dev  # result lines in JSON
