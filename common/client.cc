@@ -101,9 +101,11 @@ class RandomFillClient {
   // that group's NICs (or, with --poll-threads nic, one thread per NIC): shm
   // moves data in the target's progress calls (its CUDA IPC copies too), so
   // a single thread polling every NIC would make the client, not the server,
-  // the bottleneck. One thread per group is the series' design and the
-  // default; a thread per NIC helps shm with CUDA memory only when libfabric
-  // was built to copy on per-thread streams (results/h200x2-shm-cuda).
+  // the bottleneck. (The series' client polls every NIC from its one main
+  // thread: on EFA the NIC moves the data, so the target's CPU has little to
+  // do.) One thread per group is our default; a thread per NIC helps shm
+  // with CUDA memory only when libfabric was built to copy on per-thread
+  // streams (results/h200x2-shm-cuda).
   void WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
     std::mutex error_mutex;

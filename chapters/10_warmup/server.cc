@@ -1,8 +1,9 @@
 // Chapter 10: warmup.
 //
-// Before the timed WRITEs, every NIC writes one page to its peer, so that
-// connection set-up (address resolution, the provider's handshake) happens
-// before the clock starts instead of slowing the first seconds.
+// Before the timed WRITEs, every NIC writes one page into each of the
+// client's buffers (the series: one page per NIC), so that connection
+// set-up (address resolution, the provider's handshake, per-region state)
+// happens before the clock starts instead of slowing the first seconds.
 //
 // One thread drives everything: it polls every NIC of every GPU and posts
 // the next WRITE for each GPU in turn.

@@ -93,7 +93,9 @@ class RandomFillWriter {
   // One GPU's counters. Only its own thread writes them; other threads read
   // them for the progress line. Relaxed atomic loads and stores compile to
   // plain moves on x86 but keep those reads well-defined (and TSan quiet).
-  struct alignas(64) GpuCounters {
+  // As in the series, a plain array: neighbouring GPUs' counters share a
+  // cache line (docs/13_shard.md has the exercise that separates them).
+  struct GpuCounters {
     std::atomic<uint64_t> posted_write_ops = 0;
     std::atomic<uint64_t> finished_write_ops = 0;
   };
