@@ -473,14 +473,22 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
 
 void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
 
+#ifndef TUTORIAL_NO_COUNTERS
 Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(ReadTicks()) {
   Bump(net_.calls_started_);
 }
 
 Network::ProviderCall::~ProviderCall() {
-  Bump(net_.counters_.provider_ticks, ReadTicks() - start_);
+  Count(net_.counters_.provider_ticks, ReadTicks() - start_);
   Bump(net_.calls_finished_);
 }
+#else
+Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(0) {
+  Bump(net_.calls_started_);
+}
+
+Network::ProviderCall::~ProviderCall() { Bump(net_.calls_finished_); }
+#endif
 
 NetworkCounters Network::counters() const {
   NetworkCounters c;
@@ -518,7 +526,7 @@ RdmaOp* Network::NewOp(OpType type) {
   if (options_.op_pool) {
     if (free_ops_.empty()) {
       op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
-      Bump(counters_.op_allocations);
+      Count(counters_.op_allocations);
       for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
     }
     op = free_ops_.back();
@@ -529,7 +537,7 @@ RdmaOp* Network::NewOp(OpType type) {
     op->handler = nullptr;
   } else {
     op = new RdmaOp;  // the series: one allocation per operation
-    Bump(counters_.op_allocations);
+    Count(counters_.op_allocations);
   }
   op->type = type;
   op->state = OpState::kQueued;
@@ -555,8 +563,8 @@ void Network::FreeOp(RdmaOp* op) {
 
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = 0;
-  Bump(counters_.post_calls);
-  if (more_flag == 0) Bump(counters_.doorbells);
+  Count(counters_.post_calls);
+  if (more_flag == 0) Count(counters_.doorbells);
   {
     ProviderCall call(*this);
     switch (op->type) {
@@ -587,7 +595,7 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
     }
   }
   if (ret == -FI_EAGAIN) {
-    Bump(counters_.eagain);
+    Count(counters_.eagain);
     return ret;
   }
   if (ret < 0) {
@@ -603,7 +611,7 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   }
   op->state = OpState::kPosted;
   if (op->type != OpType::kRecv) ++posted_transmits_;
-  if (op->type == OpType::kWrite) Bump(counters_.writes);
+  if (op->type == OpType::kWrite) Count(counters_.writes);
   return 0;
 }
 
@@ -802,9 +810,9 @@ size_t Network::PollCompletion() {
       ProviderCall call(*this);
       n = fi_cq_read(cq_.get(), entries, kCqReadCount);
     }
-    Bump(counters_.cq_reads);
+    Count(counters_.cq_reads);
     if (n == -FI_EAGAIN) {
-      Bump(counters_.cq_empty_reads);
+      Count(counters_.cq_empty_reads);
       break;
     }
     if (n == -FI_EAVAIL) {
@@ -813,7 +821,7 @@ size_t Network::PollCompletion() {
       continue;
     }
     CheckFabric(n, "fi_cq_read");
-    Bump(counters_.cq_entries, static_cast<uint64_t>(n));
+    Count(counters_.cq_entries, static_cast<uint64_t>(n));
     for (ssize_t i = 0; i < n; ++i) {
       const fi_cq_data_entry& entry = entries[i];
       if (IsRemoteWrite(entry)) {

@@ -353,6 +353,16 @@ class Network {
   static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
     counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
+  // The NetworkCounters. Built with -DTUTORIAL_NO_COUNTERS they vanish, so
+  // their own cost can be measured (docs/README.md, "Counters").
+  static void Count(std::atomic<uint64_t>& counter, uint64_t by = 1) {
+#ifndef TUTORIAL_NO_COUNTERS
+    Bump(counter, by);
+#else
+    (void)counter;
+    (void)by;
+#endif
+  }
   // Brackets one call into the provider: the watchdog sees a thread inside
   // one, and the counters get the time it took.
   class ProviderCall {
