@@ -58,6 +58,47 @@ class DocsCheckTest(unittest.TestCase):
             self.assertEqual(result.returncode, 1, result.stdout)
             self.assertIn("docs/14_batch.md: missing", result.stdout)
 
+    def copy(self, tmp):
+        copy = pathlib.Path(tmp)
+        for part in ("chapters", "docs", "results"):
+            shutil.copytree(source_root() / part, copy / part,
+                            ignore=shutil.ignore_patterns("*.png"))
+        return copy
+
+    def write(self, root):
+        tool = source_root() / "tools" / "docs_diff.py"
+        return subprocess.run([sys.executable, str(tool), "--write", "--root", str(root)],
+                              capture_output=True, text=True)
+
+    def test_chapter_pages_show_the_rows_that_teach_and_link_the_rest(self):
+        text = (source_root() / "docs" / "12_pin.md").read_text()
+        block = text.split("<!-- results:begin 12_pin -->")[1].split("<!-- results:end -->")[0]
+        rows = [line for line in block.splitlines() if line.startswith("| ")][1:]
+        self.assertLessEqual(len(rows), 5, block)
+        self.assertIn("the local default", block)
+        self.assertIn("GPU memory, one GPU per side", block)
+        self.assertIn("the series' own number", block)
+        self.assertIn("(../results/README.md#all-recordings)", block)
+
+    def test_simulated_results_get_a_table_of_their_own(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = self.copy(tmp)
+            # A made-up simnic recording, in compare.py's columns: it must
+            # never land in a column with measured numbers.
+            folder = copy / "results" / "2core-test-simnic-host"
+            folder.mkdir()
+            default = source_root() / "results" / "2core-amd-epyc-shm-host" / "results.csv"
+            text = default.read_text().replace(",shm,host,", ",simnic,host,")
+            (folder / "results.csv").write_text(text)
+            result = self.write(copy)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            for page in ("docs/12_pin.md", "docs/README.md", "results/README.md"):
+                text = (copy / page).read_text()
+                measured, _, simulated = text.partition("Simulated, not measured on a NIC")
+                self.assertNotIn("2core-test-simnic-host", measured, page)
+                self.assertIn("2core-test-simnic-host", simulated, page)
+            self.assertEqual(check(copy).returncode, 0)
+
 
 if __name__ == "__main__":
     unittest.main()

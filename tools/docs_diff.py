@@ -11,8 +11,12 @@ hand:
                                      than the chapter's name)
   <!-- source:begin chapters/09_multinet/server.cc -->
   <!-- source:end -->                a whole file
-  <!-- results:begin 10_warmup -->   that chapter's recorded results (every
-  <!-- results:end -->               results/*/results.csv) beside the series'
+  <!-- results:begin 10_warmup -->   that chapter's few recorded results that
+  <!-- results:end -->               teach (PAGE_ROWS: the local default, many
+                                     cores in the p5's layout, one GPU row)
+                                     beside the series', a link to the rest,
+                                     and the simulated NIC's in a table of
+                                     their own
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
 
@@ -34,6 +38,34 @@ import series  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- (diff|source|results):begin ([^ ]+) -->\n)(.*?)(<!-- \2:end -->)",
                    re.S)
+
+
+def is_simulated(folder, provider):
+    """A recording of the simulated NIC (simnic): its numbers are simulated and
+    never share a column with measured provider numbers."""
+    return provider == "simnic" or "simnic" in folder.split("/")[0].split("-")
+
+
+# The rows a chapter page shows (issue 18): the few that teach, each with
+# what it shows; every recording is in results/README.md, which the page
+# links. A row is the first recording that matches, preferred folders first
+# (the preference says which of several similar recordings teaches best).
+PAGE_ROWS = [
+    {"shows": "the local default: `python3 tools/compare.py` as it comes",
+     "match": {"kind": "compare", "provider": "shm", "memory": "host", "gpus": "1",
+               "nics_per_gpu": "2", "page_size": "65536"},
+     "every_match": True},  # one row per machine that recorded it
+    {"shows": "many cores, the p5's layout in host memory",
+     "match": {"memory": "host", "gpus": "8", "nics_per_gpu": "4", "page_size": "65536"},
+     "prefer": ["h200x4-shm-cuda/host-8x4"]},
+    # Its runs last seconds, as the ceiling's do: the steadiest 64 KiB GPU
+    # recording (results/h200x4-shm-cuda/README.md).
+    {"shows": "GPU memory, one GPU per side",
+     "match": {"memory": "cuda", "gpus": "1", "page_size": "65536"},
+     "prefer": ["h200x4-shm-cuda/two-gpus-64k-long"]},
+]
+# Hook for the simulated NIC: its recordings get a table of their own under
+# the measured one (render_simulated), never rows in it.
 
 
 class Repo:
@@ -72,7 +104,9 @@ class Repo:
             if not rows:
                 continue
             if "gbps_median" in rows[0]:  # tools/compare.py
-                sets.append({"folder": folder, "rows": {r["chapter"]: r for r in rows}})
+                sets.append({"folder": folder, "rows": {r["chapter"]: r for r in rows},
+                             "kind": "compare",
+                             "simulated": is_simulated(folder, rows[0].get("provider", ""))})
                 continue
             if not {"chapter", "gbps"} <= set(rows[0]):
                 continue  # a table of some other kind: not shown
@@ -94,7 +128,8 @@ class Repo:
                         "runs": r.get("runs", ""), "runs_ok": r.get("runs", ""),
                         "vs_previous": "" if g is None or not prev else g / prev - 1}
                     prev = g
-                sets.append({"folder": folder, "rows": out})
+                sets.append({"folder": folder, "rows": out, "kind": "gpu_tables",
+                             "simulated": is_simulated(folder, provider)})
         return sets
 
 
@@ -165,30 +200,82 @@ def _link(prefix, folder):
     return f"[{folder}]({prefix}{folder}/results.md)"
 
 
-def render_results_chapter(repo, chapter, prefix):
-    lines = ["| recorded on | provider, memory | GPUs x NICs, page | Gbps (median) "
-             "| Mops/s (median) | runs | vs previous chapter |",
-             "|---|---|---|---:|---:|---:|---:|"]
-    for rec in repo.result_sets():
-        r = rec["rows"].get(chapter)
-        if r is None:
-            continue
+def _row_matches(rec, row, match):
+    for key, want in match.items():
+        have = rec.get(key) if key == "kind" else str(row.get(key, ""))
+        if have != want:
+            return False
+    return True
+
+
+def page_rows(repo, chapter):
+    """The (what it shows, recording) pairs of PAGE_ROWS for a chapter."""
+    measured = [rec for rec in repo.result_sets() if not rec["simulated"]]
+    chosen = []
+    for spec in PAGE_ROWS:
+        found = [rec for rec in measured if chapter in rec["rows"]
+                 and _row_matches(rec, rec["rows"][chapter], spec["match"])]
+        if not spec.get("every_match"):
+            order = spec.get("prefer", [])
+            found.sort(key=lambda rec: order.index(rec["folder"]) if rec["folder"] in order
+                       else len(order))
+            found = found[:1]
+        chosen += [(spec["shows"], rec) for rec in found if rec not in [c[1] for c in chosen]]
+    return chosen, len([rec for rec in measured if chapter in rec["rows"]])
+
+
+def _chapter_line(prefix, shows, rec, r):
+    g, m = _f(r, "gbps_median"), _f(r, "mops_median")
+    runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
+    return (f"| {shows} | {_link(prefix, rec['folder'])} | "
+            f"{r['provider'] or '?'}, {r['memory']} | {_layout(r)} | "
+            f"{'failed' if g is None else f'{g:.3f}'} | "
+            f"{'' if m is None else f'{m:.4f}'} | {runs} | "
+            f"{_change(_f(r, 'vs_previous'))} |")
+
+
+def render_simulated(repo, chapter, prefix):
+    """The simulated NIC's recordings of a chapter, in a table of their own."""
+    sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]]
+    if not sims:
+        return ""
+    lines = ["", "Simulated, not measured on a NIC (`simnic`): numbers of a simulated NIC "
+             "whose per-WRITE CPU cost is set to look like EFA's; compare them with each "
+             "other, not with the rows above.", "",
+             "| simulated (simnic) | layout | Gbps (simulated) | Mops/s (simulated) | runs "
+             "| vs previous chapter |", "|---|---|---:|---:|---:|---:|"]
+    for rec in sims:
+        r = rec["rows"][chapter]
         g, m = _f(r, "gbps_median"), _f(r, "mops_median")
-        runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
-        lines.append(f"| {_link(prefix, rec['folder'])} | "
-                     f"{r['provider'] or '?'}, {r['memory']} | {_layout(r)} | "
+        lines.append(f"| {_link(prefix, rec['folder'])} | {r['memory']}, {_layout(r)} | "
                      f"{'failed' if g is None else f'{g:.3f}'} | "
-                     f"{'' if m is None else f'{m:.4f}'} | {runs} | "
+                     f"{'' if m is None else f'{m:.4f}'} | {r['runs']} | "
                      f"{_change(_f(r, 'vs_previous'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_results_chapter(repo, chapter, prefix):
+    lines = ["| what it shows | recorded on | provider, memory | GPUs x NICs, page "
+             "| Gbps (median) | Mops/s (median) | runs | vs previous chapter |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    chosen, recorded = page_rows(repo, chapter)
+    for shows, rec in chosen:
+        lines.append(_chapter_line(prefix, shows, rec, rec["rows"][chapter]))
     if chapter in series.CHAPTERS:
         mops = series.series_mops(chapter)
-        lines.append(f"| {series.SERIES_SHORT} (the series' own number) | efa, CUDA | 8 x 4, "
-                     f"64 KiB | {series.series_gbps(chapter):.3f} | "
+        lines.append(f"| the target: the series' own number on its p5 | {series.SERIES_SHORT} "
+                     f"| efa, CUDA | 8 x 4, 64 KiB | {series.series_gbps(chapter):.3f} | "
                      f"{'' if mops is None else f'{mops:.2f}'} | | "
                      f"{_change(_series_change(chapter))} |")
     if len(lines) == 2:
         return "No results recorded yet.\n"
-    return "\n".join(lines) + "\n"
+    readme = "../results/README.md" if prefix else "README.md"
+    more = recorded - len(chosen)
+    text = "\n".join(lines) + "\n"
+    if more > 0:
+        text += (f"\n{more} more recording(s) of this chapter (other machines, providers, "
+                 f"layouts and page sizes): [all recordings]({readme}#all-recordings).\n")
+    return text + render_simulated(repo, chapter, prefix)
 
 
 def render_results_all(repo, prefix):
@@ -197,7 +284,7 @@ def render_results_all(repo, prefix):
     lines = ["| recorded on | provider, memory | GPUs x NICs, page | "
              + " | ".join(chapters) + " |",
              "|---|---|---|" + "---:|" * len(chapters)]
-    for rec in repo.result_sets():
+    for rec in [rec for rec in repo.result_sets() if not rec["simulated"]]:
         first = next(iter(rec["rows"].values()))
         cells = []
         for chapter in chapters:
@@ -210,6 +297,17 @@ def render_results_all(repo, prefix):
              if c in series.CHAPTERS else "" for c in chapters]
     lines.append(f"| {series.SERIES_SHORT} (the series' own numbers, share of 3200 Gbps) | "
                  "efa, CUDA | 8 x 4, 64 KiB | " + " | ".join(cells) + " |")
+    sims = [rec for rec in repo.result_sets() if rec["simulated"]]
+    if sims:  # the simulated NIC's ladder: a table of its own, labelled
+        lines += ["", "Simulated, not measured on a NIC (`simnic`), median Gbps (simulated):",
+                  "", "| simulated (simnic) | layout | " + " | ".join(chapters) + " |",
+                  "|---|---|" + "---:|" * len(chapters)]
+        for rec in sims:
+            first = next(iter(rec["rows"].values()))
+            cells = [("" if _f(rec["rows"].get(c), "gbps_median") is None
+                      else f"{_f(rec['rows'][c], 'gbps_median'):.3f}") for c in chapters]
+            lines.append(f"| {_link(prefix, rec['folder'])} | {first['memory']}, "
+                         f"{_layout(first)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
