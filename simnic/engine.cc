@@ -513,10 +513,9 @@ Credits* NewCredits() {
   // Kept for the life of the process: completions of a closed endpoint may
   // still sit in a CQ and name its credits.
   static std::mutex mutex;
-  static auto* all = new std::vector<std::unique_ptr<Credits>>();
+  static std::deque<Credits> all;  // freed when the provider is unloaded
   std::lock_guard<std::mutex> lock(mutex);
-  all->push_back(std::make_unique<Credits>());
-  return all->back().get();
+  return &all.emplace_back();
 }
 
 // --------------------------------------------------------------------------

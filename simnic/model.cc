@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -61,6 +62,12 @@ Model ReadModel() {
 }
 
 std::mutex model_mutex;
+// Every model read so far: objects opened under an older one still read it,
+// and all go when the provider is unloaded (no leak for LeakSanitizer).
+std::deque<Model>& Models() {
+  static std::deque<Model> models;
+  return models;
+}
 Model* current_model = nullptr;
 
 // Position of each online CPU in the online list, indexed by CPU number.
@@ -105,14 +112,13 @@ std::string Model::Summary() const {
 
 const Model& GetModel() {
   std::lock_guard<std::mutex> lock(model_mutex);
-  if (current_model == nullptr) current_model = new Model(ReadModel());
+  if (current_model == nullptr) current_model = &Models().emplace_back(ReadModel());
   return *current_model;
 }
 
 void ReloadModel() {
   std::lock_guard<std::mutex> lock(model_mutex);
-  // The old one stays allocated: objects opened under it may still read it.
-  current_model = new Model(ReadModel());
+  current_model = &Models().emplace_back(ReadModel());
 }
 
 uint64_t NowNs() {
