@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "simnic/provider_path.h"
 
 namespace tutorial {
 namespace {
@@ -42,6 +43,8 @@ std::string PciAddressOf(const fi_info& info) {
 Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size,
            const NetworkOptions& network_options)
     : buffers_per_gpu_(buffers_per_gpu), buffer_size_(buffer_size) {
+  // Before libfabric initialises: it reads FI_PROVIDER_PATH once.
+  simnic::UseBuiltProviderIfUnset(options.provider);
   fabric_.provider = ResolveProvider(options.provider);
   fabric_.memory = ResolveMemory(options.memory);
   fabric_.domain = options.domain;
@@ -51,10 +54,10 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
 
   nic_infos_ = FindNics(fabric_, network_options);
 
-  // EFA: every fi_info is a NIC with a PCI address. shm and tcp have no
-  // NICs of their own: each group gets --nics-per-gpu endpoints of one
-  // domain, all opened from the same fi_info. A provider with several
-  // domains and no PCI addresses (simnic) gives them out in turn.
+  // EFA: every fi_info is a NIC with a PCI address. Other providers have no
+  // PCI NICs: each group gets --nics-per-gpu endpoints, endpoint i on the
+  // provider's domain i mod (number of domains) (shm and tcp: all on one;
+  // simnic: one simulated NIC each).
   bool pci_nics = fabric_.provider == "efa";
   TopologyRequest request;
   request.gpus = options.gpus;
@@ -78,11 +81,11 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
     }
     size_t per_gpu = options.nics_per_gpu == 0 ? 2 : options.nics_per_gpu;
     for (size_t i = 0; i < gpus * per_gpu; ++i) {
-      const fi_info* info = nic_infos_[i % nic_infos_.size()].get();
       NicDescription nic;
-      nic.name = fabric_.provider + "/" + info->domain_attr->name + "#" + std::to_string(i);
+      const fi_info& info = *nic_infos_[i % nic_infos_.size()];
+      nic.name = fabric_.provider + "/" + info.domain_attr->name + "#" + std::to_string(i);
       nic_descriptions_.push_back(nic);
-      nic_info_of_.push_back(info);
+      nic_info_of_.push_back(&info);
     }
     request.nics_per_gpu = per_gpu;
   }

@@ -10,8 +10,10 @@ namespace tutorial {
 namespace {
 
 void AddCommonFlags(CLI::App& app, CommonOptions* o) {
-  app.add_option("--provider", o->provider, "libfabric provider; auto: efa when present, else tcp")
-      ->check(CLI::IsMember({"efa", "shm", "tcp", "auto"}))
+  app.add_option("--provider", o->provider,
+                 "libfabric provider; auto: efa when present, else tcp; simnic: the simulated "
+                 "EFA-like NIC (docs/simnic.md)")
+      ->check(CLI::IsMember({"efa", "shm", "tcp", "simnic", "auto"}))
       ->capture_default_str();
   app.add_option("--memory", o->memory, "where the buffers live; auto: cuda when a GPU is usable")
       ->check(CLI::IsMember({"cuda", "host", "auto"}))

@@ -6,6 +6,8 @@
 // every chapter's test target.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "tests/process.h"
 
 #ifndef TUTORIAL_CHAPTER
@@ -28,6 +30,13 @@ class ChapterEndToEnd : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
   const Layout& layout = GetParam();
+  if (layout.provider == "simnic") {
+    // The simulated NIC (docs/simnic.md) is a provider libfabric loads from
+    // FI_PROVIDER_PATH; one simulated NIC per endpoint of the layout, so
+    // every group's NICs share its virtual NUMA node.
+    setenv("FI_PROVIDER_PATH", BinaryPath("simnic").c_str(), 1);
+    setenv("SIMNIC_NICS", std::to_string(layout.gpus * layout.nics_per_gpu).c_str(), 1);
+  }
   TempDir dir;
   std::vector<std::string> shared = {"--provider",     layout.provider,
                                      "--memory",       "host",
@@ -90,6 +99,7 @@ TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
 INSTANTIATE_TEST_SUITE_P(Providers, ChapterEndToEnd,
                          ::testing::Values(Layout{"shm", 1, 2}, Layout{"shm", 2, 2},
                                            Layout{"tcp", 1, 2}, Layout{"tcp", 2, 2},
+                                           Layout{"simnic", 1, 2}, Layout{"simnic", 2, 2},
                                            // A client polling thread per NIC (.ci/run
                                            // keeps these out of its TSan run: see there).
                                            Layout{"shm", 2, 2, "nic"}, Layout{"tcp", 1, 2, "nic"}),

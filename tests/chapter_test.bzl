@@ -8,6 +8,7 @@ def chapter_e2e_test(chapter, size = "medium", tags = []):
         data = [
             "//chapters/%s:server" % chapter,
             "//chapters/%s:client" % chapter,
+            "//simnic:libsimnic-fi.so",
         ],
         size = size,
         tags = tags,

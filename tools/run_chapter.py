@@ -31,8 +31,10 @@ def chapters():
 
 def add_run_flags(parser):
     """Flags shared with tools/compare.py."""
-    parser.add_argument("--provider", default="shm", choices=["shm", "tcp", "efa", "auto"],
-                        help="libfabric provider of both sides (default: %(default)s)")
+    parser.add_argument("--provider", default="shm",
+                        choices=["shm", "tcp", "efa", "simnic", "auto"],
+                        help="libfabric provider of both sides; simnic: the simulated EFA-like "
+                        "NIC, docs/simnic.md (default: %(default)s)")
     parser.add_argument("--memory", default="host", choices=["host", "cuda", "auto"],
                         help="where both sides' buffers live (default: %(default)s)")
     parser.add_argument("--gpus", type=int, default=1,
@@ -63,7 +65,26 @@ def add_run_flags(parser):
 
 def build(chapter_list):
     targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in ("server", "client")]
-    subprocess.run(["bazel", "build", *targets], cwd=ROOT, check=True)
+    subprocess.run(["bazel", "build", *targets, "//simnic:libsimnic-fi.so"], cwd=ROOT, check=True)
+
+
+def simnic_env(args):
+    """What --provider simnic needs: libfabric loads the simulated NIC from
+    FI_PROVIDER_PATH, and one simulated NIC per endpoint of the layout keeps
+    each group's NICs on its virtual NUMA node (docs/simnic.md)."""
+    if args.provider != "simnic":
+        return {}
+    candidates = [ROOT / "bazel-bin" / "simnic"]
+    if args.bin_dir:
+        candidates.insert(0, pathlib.Path(args.bin_dir) / "simnic")
+    env = {"SIMNIC_NICS": os.environ.get("SIMNIC_NICS", str(args.gpus * args.nics_per_gpu))}
+    if not os.environ.get("FI_PROVIDER_PATH"):
+        found = [c for c in candidates if (c / "libsimnic-fi.so").exists()]
+        if not found:
+            sys.exit("run_chapter: libsimnic-fi.so not found in " +
+                     ", ".join(str(c) for c in candidates) + " (bazel build //simnic/...)")
+        env["FI_PROVIDER_PATH"] = str(found[0].resolve())
+    return env
 
 
 def binary(args, chapter, name):
@@ -74,8 +95,8 @@ def binary(args, chapter, name):
     return str(path)
 
 
-def env_with(pairs):
-    env = dict(os.environ)
+def env_with(pairs, extra=None):
+    env = dict(os.environ, **(extra or {}))
     for pair in pairs:
         name, _, value = pair.partition("=")
         env[name] = value
@@ -93,7 +114,7 @@ def run_once(args, chapter, echo=True):
                       "--address-file", str(tmp / "address"), "--result-json",
                       str(tmp / "server.json"), *layout, *getattr(args, "server_arg", [])]
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=env_with(args.server_env))
+                                  text=True, env=env_with(args.server_env, simnic_env(args)))
         try:
             deadline = time.monotonic() + 60
             while not (tmp / "address").exists() or not (tmp / "address").read_text().strip():
@@ -108,7 +129,7 @@ def run_once(args, chapter, echo=True):
                           *getattr(args, "client_arg", [])]
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
-                                      env=env_with(args.client_env))
+                                      env=env_with(args.client_env, simnic_env(args)))
             # The server's lines are echoed by a thread so that a hung run is
             # still bounded by the timeout below.
             server_lines = []

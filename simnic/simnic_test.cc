@@ -1,0 +1,607 @@
+// Unit tests of the simnic model, through libfabric as an application sees
+// it: the test points FI_PROVIDER_PATH at the built libsimnic-fi.so before
+// libfabric starts, opens two simulated NICs in this process (their
+// endpoints still talk through the shared-memory rings, as two processes'
+// would), and checks each rule and cost. A peer that dies is a child
+// process (this binary again, in its helper mode).
+//
+// Every wait is bounded by time; timing checks are lower bounds (the model
+// must never be faster than it says) or generous ratios, so a loaded
+// machine cannot make them fail.
+#include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string RunfilesDir() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir != nullptr && workspace != nullptr) {
+    return std::string(srcdir) + "/" + workspace + "/simnic";
+  }
+  return "bazel-bin/simnic";
+}
+
+// The hints every chapter gives (common/network.cc), for `threading`.
+fi_info* Hints(fi_threading threading = FI_THREAD_SAFE) {
+  fi_info* hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = threading;
+  hints->tx_attr->op_flags = FI_COMPLETION;
+  hints->fabric_attr->prov_name = strdup("simnic");
+  return hints;
+}
+
+uint32_t ApiVersion() {
+  uint32_t headers = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+  return std::min(headers, fi_version());
+}
+
+// fi_getinfo for simnic under the current environment (the model is read
+// at each fi_getinfo).
+fi_info* GetInfo(fi_info* hints, int* ret, uint32_t version = ApiVersion()) {
+  fi_info* info = nullptr;
+  *ret = fi_getinfo(version, nullptr, nullptr, 0, hints, &info);
+  return info;
+}
+
+// One simulated NIC: fabric, domain, CQ, AV, EQ, endpoint.
+class Nic {
+ public:
+  explicit Nic(int index, fi_threading threading = FI_THREAD_SAFE) {
+    fi_info* hints = Hints(threading);
+    int ret = 0;
+    fi_info* list = GetInfo(hints, &ret);
+    fi_freeinfo(hints);
+    if (ret != 0) throw std::runtime_error(std::string("fi_getinfo: ") + fi_strerror(-ret));
+    fi_info* mine = list;
+    for (int i = 0; i < index && mine; ++i) mine = mine->next;
+    if (mine == nullptr) throw std::runtime_error("no such NIC");
+    info_ = fi_dupinfo(mine);
+    fi_freeinfo(list);
+    Check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
+    Check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_DATA;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    Check(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open");
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    Check(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open");
+    fi_eq_attr eq_attr{};
+    Check(fi_eq_open(fabric_, &eq_attr, &eq_, nullptr), "fi_eq_open");
+    Check(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
+    Check(fi_ep_bind(ep_, &eq_->fid, 0), "fi_ep_bind(eq)");
+    Check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
+    Check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+    Check(fi_enable(ep_), "fi_enable");
+    size_t len = 64;
+    address_.resize(len);
+    Check(fi_getname(&ep_->fid, address_.data(), &len), "fi_getname");
+    address_.resize(len);
+  }
+  ~Nic() {
+    for (fid_mr* mr : mrs_) fi_close(&mr->fid);
+    fi_close(&ep_->fid);
+    fi_close(&av_->fid);
+    fi_close(&cq_->fid);
+    fi_close(&eq_->fid);
+    fi_close(&domain_->fid);
+    fi_close(&fabric_->fid);
+    fi_freeinfo(info_);
+  }
+
+  static void Check(int ret, const char* what) {
+    if (ret != 0) throw std::runtime_error(std::string(what) + ": " + fi_strerror(-ret));
+  }
+
+  fid_mr* Register(void* buf, size_t len) {
+    fi_mr_attr attr{};
+    iovec iov{buf, len};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    attr.iface = FI_HMEM_SYSTEM;
+    fid_mr* mr = nullptr;
+    Check(fi_mr_regattr(domain_, &attr, 0, &mr), "fi_mr_regattr");
+    mrs_.push_back(mr);
+    return mr;
+  }
+
+  fi_addr_t Insert(const std::vector<uint8_t>& address) {
+    fi_addr_t peer = FI_ADDR_UNSPEC;
+    int n = fi_av_insert(av_, address.data(), 1, &peer, 0, nullptr);
+    if (n != 1) throw std::runtime_error("fi_av_insert: " + std::to_string(n));
+    return peer;
+  }
+
+  ssize_t Write(const void* buf, size_t len, fid_mr* mr, fi_addr_t peer, uint64_t remote_addr,
+                uint64_t key, void* context, uint64_t flags, uint64_t data = 0) {
+    iovec iov{const_cast<void*>(buf), len};
+    void* desc = fi_mr_desc(mr);
+    fi_rma_iov rma{remote_addr, len, key};
+    fi_msg_rma msg{};
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = peer;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = context;
+    msg.data = data;
+    return fi_writemsg(ep_, &msg, flags);
+  }
+
+  // Reads completions until `want` arrived or `seconds` passed; error
+  // completions are collected separately.
+  std::vector<fi_cq_data_entry> Poll(size_t want, double seconds,
+                                     std::vector<fi_cq_err_entry>* errors = nullptr) {
+    std::vector<fi_cq_data_entry> got;
+    auto start = Clock::now();
+    while (got.size() + (errors ? errors->size() : 0) < want && SecondsSince(start) < seconds) {
+      fi_cq_data_entry entries[16];
+      ssize_t n = fi_cq_read(cq_, entries, 16);
+      if (n > 0) {
+        got.insert(got.end(), entries, entries + n);
+      } else if (n == -FI_EAVAIL) {
+        fi_cq_err_entry err{};
+        if (fi_cq_readerr(cq_, &err, 0) == 1 && errors) errors->push_back(err);
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    return got;
+  }
+
+  fid_ep* ep() { return ep_; }
+  fid_cq* cq() { return cq_; }
+  fid_av* av() { return av_; }
+  const fi_info* info() const { return info_; }
+  const std::vector<uint8_t>& address() const { return address_; }
+
+ private:
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_eq* eq_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  std::vector<uint8_t> address_;
+  std::vector<fid_mr*> mrs_;
+};
+
+// Each test sets the model it needs; the provider reads it at fi_getinfo.
+class SimnicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name :
+         {"SIMNIC_NICS", "SIMNIC_SCALE", "SIMNIC_LINE_GBPS", "SIMNIC_TX_DEPTH", "SIMNIC_DIRECT",
+          "SIMNIC_DOORBELL_NS", "SIMNIC_CQ_POLL_NS", "SIMNIC_ENGINE_THREADS"}) {
+      unsetenv(name);
+    }
+    // Fast defaults for tests: 4 NICs, 100 Gbps unscaled, no CPU costs.
+    setenv("SIMNIC_NICS", "4", 1);
+    setenv("SIMNIC_SCALE", "1", 1);
+    setenv("SIMNIC_DOORBELL_NS", "0", 1);
+    setenv("SIMNIC_CQ_POLL_NS", "0", 1);
+    setenv("SIMNIC_ENGINE_THREADS", "1", 1);
+  }
+};
+
+TEST_F(SimnicTest, OneInfoPerNicWithEfaAttributes) {
+  setenv("SIMNIC_SCALE", "256", 1);
+  fi_info* hints = Hints();
+  int ret = 0;
+  fi_info* list = GetInfo(hints, &ret);
+  fi_freeinfo(hints);
+  ASSERT_EQ(ret, 0) << fi_strerror(-ret);
+  int count = 0;
+  for (fi_info* info = list; info != nullptr; info = info->next, ++count) {
+    EXPECT_EQ(std::string(info->domain_attr->name), "simnic" + std::to_string(count));
+    EXPECT_STREQ(info->fabric_attr->prov_name, "simnic");
+    EXPECT_EQ(info->domain_attr->cq_data_size, 4u);
+    EXPECT_EQ(info->addr_format, static_cast<uint32_t>(FI_ADDR_EFA));
+    EXPECT_EQ(info->domain_attr->mr_mode,
+              FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
+    EXPECT_EQ(info->domain_attr->threading, FI_THREAD_SAFE);
+    EXPECT_TRUE(info->mode & FI_CONTEXT2);
+    EXPECT_EQ(info->tx_attr->size, 4096u);
+    ASSERT_NE(info->nic, nullptr);
+    EXPECT_EQ(info->nic->link_attr->speed, static_cast<size_t>(100e9 / 256));
+  }
+  EXPECT_EQ(count, 4);
+  // The core duplicates the NIC attributes through the provider.
+  fi_info* copy = fi_dupinfo(list);
+  ASSERT_NE(copy->nic, nullptr);
+  EXPECT_EQ(copy->nic->link_attr->speed, list->nic->link_attr->speed);
+  fi_freeinfo(copy);
+  fi_freeinfo(list);
+}
+
+TEST_F(SimnicTest, RequiresContext2) {
+  fi_info* hints = Hints();
+  hints->mode = FI_CONTEXT;
+  int ret = 0;
+  fi_info* list = GetInfo(hints, &ret);
+  fi_freeinfo(hints);
+  EXPECT_EQ(ret, -FI_ENODATA);
+  fi_freeinfo(list);
+}
+
+TEST_F(SimnicTest, RequiresEfaMrMode) {
+  for (int missing : {FI_MR_LOCAL, FI_MR_VIRT_ADDR, FI_MR_ALLOCATED, FI_MR_PROV_KEY}) {
+    fi_info* hints = Hints();
+    hints->domain_attr->mr_mode &= ~missing;
+    int ret = 0;
+    fi_info* list = GetInfo(hints, &ret);
+    fi_freeinfo(hints);
+    EXPECT_EQ(ret, -FI_ENODATA) << "mr_mode without " << missing;
+    fi_freeinfo(list);
+  }
+}
+
+TEST_F(SimnicTest, HmemRefusedBelowApi118) {
+  fi_info* hints = Hints();
+  hints->caps |= FI_HMEM;
+  hints->domain_attr->mr_mode |= FI_MR_HMEM;
+  int ret = 0;
+  fi_info* list = GetInfo(hints, &ret, FI_VERSION(1, 17));
+  EXPECT_EQ(ret, -FI_ENODATA);
+  fi_freeinfo(list);
+  if (FI_VERSION_GE(fi_version(), FI_VERSION(1, 18))) {
+    list = GetInfo(hints, &ret, FI_VERSION(1, 18));
+    EXPECT_EQ(ret, 0) << "from API 1.18 the rule lets FI_HMEM through";
+    fi_freeinfo(list);
+  }
+  fi_freeinfo(hints);
+}
+
+TEST_F(SimnicTest, AddressesAre32BytesNewPerEndpointAndNoSetname) {
+  std::vector<uint8_t> first;
+  {
+    Nic nic(0);
+    first = nic.address();
+    EXPECT_EQ(first.size(), 32u);
+    std::vector<uint8_t> name = first;
+    EXPECT_EQ(fi_setname(&nic.ep()->fid, name.data(), name.size()), -FI_ENOSYS);
+  }
+  Nic again(0);
+  EXPECT_NE(again.address(), first) << "a rebuilt endpoint gets a new address, as on EFA";
+}
+
+TEST_F(SimnicTest, WriteMovesBytesAndDeliversFourByteCqData) {
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(100000), target(200000, 0);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fid_mr* dst = b.Register(target.data(), target.size());
+  fi_addr_t peer = a.Insert(b.address());
+  int context = 0;
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data()) + 1000;
+  ASSERT_EQ(a.Write(source.data(), source.size(), src, peer, remote, fi_mr_key(dst), &context,
+                    FI_COMPLETION | FI_REMOTE_CQ_DATA, 0xdeadbeef),
+            0);
+  auto done = a.Poll(1, 10);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].op_context, &context);
+  EXPECT_TRUE(done[0].flags & FI_WRITE);
+  auto remote_entries = b.Poll(1, 10);
+  ASSERT_EQ(remote_entries.size(), 1u);
+  EXPECT_EQ(remote_entries[0].op_context, nullptr);
+  EXPECT_EQ(remote_entries[0].flags & (FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA),
+            FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA);
+  EXPECT_EQ(remote_entries[0].data, 0xdeadbeefu);
+  EXPECT_EQ(std::memcmp(target.data() + 1000, source.data(), source.size()), 0);
+  EXPECT_EQ(target[999], 0);
+  EXPECT_EQ(target[1000 + source.size()], 0);
+}
+
+TEST_F(SimnicTest, CqDataBeyond32BitsCompletesWithAnError) {
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(64, 1), target(64, 0);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fid_mr* dst = b.Register(target.data(), target.size());
+  fi_addr_t peer = a.Insert(b.address());
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, reinterpret_cast<uint64_t>(target.data()),
+                    fi_mr_key(dst), nullptr, FI_COMPLETION | FI_REMOTE_CQ_DATA, 1ull << 32),
+            0);
+  std::vector<fi_cq_err_entry> errors;
+  a.Poll(1, 10, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].err, FI_EINVAL);
+  EXPECT_NE(std::string(fi_cq_strerror(a.cq(), errors[0].prov_errno, nullptr, nullptr, 0))
+                .find("4 bytes"),
+            std::string::npos);
+  EXPECT_EQ(target[0], 0) << "the write must not land";
+}
+
+TEST_F(SimnicTest, BadKeyOrRangeIsAnErrorCompletionNotACrash) {
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(4096, 9), target(4096, 0);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fid_mr* dst = b.Register(target.data(), target.size());
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t base = reinterpret_cast<uint64_t>(target.data());
+  ASSERT_EQ(
+      a.Write(source.data(), 64, src, peer, base, fi_mr_key(dst) ^ 0x10000, nullptr, FI_COMPLETION),
+      0);
+  ASSERT_EQ(
+      a.Write(source.data(), 4096, src, peer, base + 64, fi_mr_key(dst), nullptr, FI_COMPLETION),
+      0);
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, 0x1000, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  std::vector<fi_cq_err_entry> errors;
+  a.Poll(3, 10, &errors);
+  ASSERT_EQ(errors.size(), 3u);
+  for (const auto& e : errors) EXPECT_EQ(e.err, FI_EACCES);
+  EXPECT_EQ(target[0], 0);
+  // A local buffer outside its registration is refused at the post.
+  EXPECT_EQ(
+      a.Write(source.data() + 100, 4096, src, peer, base, fi_mr_key(dst), nullptr, FI_COMPLETION),
+      -FI_EINVAL);
+}
+
+TEST_F(SimnicTest, MessagesTravelEitherOrderAndTruncate) {
+  Nic a(0), b(1);
+  std::vector<char> out(20000), in(20000), small(16);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(i);
+  fid_mr* out_mr = a.Register(out.data(), out.size());
+  fid_mr* in_mr = b.Register(in.data(), in.size());
+  fid_mr* small_mr = b.Register(small.data(), small.size());
+  fi_addr_t peer = a.Insert(b.address());
+  // Sent before any receive is posted: the target keeps it.
+  ASSERT_EQ(fi_send(a.ep(), out.data(), out.size(), fi_mr_desc(out_mr), peer, nullptr), 0);
+  ASSERT_EQ(a.Poll(1, 10).size(), 1u);
+  int recv_context = 0;
+  ASSERT_EQ(fi_recv(b.ep(), in.data(), in.size(), fi_mr_desc(in_mr), FI_ADDR_UNSPEC, &recv_context),
+            0);
+  auto got = b.Poll(1, 10);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].op_context, &recv_context);
+  EXPECT_TRUE(got[0].flags & FI_RECV);
+  EXPECT_EQ(got[0].len, out.size());
+  EXPECT_EQ(in, out);
+  // Too large for the receive buffer.
+  ASSERT_EQ(
+      fi_recv(b.ep(), small.data(), small.size(), fi_mr_desc(small_mr), FI_ADDR_UNSPEC, nullptr),
+      0);
+  ASSERT_EQ(fi_send(a.ep(), out.data(), 100, fi_mr_desc(out_mr), peer, nullptr), 0);
+  std::vector<fi_cq_err_entry> errors;
+  b.Poll(1, 10, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].err, FI_ETRUNC);
+}
+
+TEST_F(SimnicTest, FullTransmitQueueAnswersEagain) {
+  setenv("SIMNIC_TX_DEPTH", "4", 1);
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(64), target(64);
+  fid_mr* src = a.Register(source.data(), 64);
+  fid_mr* dst = b.Register(target.data(), 64);
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+              0);
+  }
+  // Completed or not, the slots come back only when the CQ is read.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            -FI_EAGAIN);
+  EXPECT_EQ(a.Poll(4, 10).size(), 4u);
+  EXPECT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  EXPECT_EQ(a.Poll(1, 10).size(), 1u);
+}
+
+TEST_F(SimnicTest, FiMoreHoldsWritesUntilAPostWithoutIt) {
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(64, 5), target(128, 0);
+  fid_mr* src = a.Register(source.data(), 64);
+  fid_mr* dst = b.Register(target.data(), 128);
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr,
+                    FI_COMPLETION | FI_MORE),
+            0);
+  // An open batch never reaches the NIC, however long one waits.
+  EXPECT_EQ(a.Poll(1, 0.2).size(), 0u);
+  EXPECT_EQ(target[0], 0);
+  ASSERT_EQ(
+      a.Write(source.data(), 64, src, peer, remote + 64, fi_mr_key(dst), nullptr, FI_COMPLETION),
+      0);
+  EXPECT_EQ(a.Poll(2, 10).size(), 2u);
+  EXPECT_EQ(target[0], 5);
+  EXPECT_EQ(target[64], 5);
+}
+
+TEST_F(SimnicTest, LineRatePacesWrites) {
+  // 1 Gbps: 64 writes of 16 KiB (1 MiB) need at least 8.4 ms on the wire.
+  setenv("SIMNIC_LINE_GBPS", "1", 1);
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(16384, 1), target(16384 * 64, 0);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fid_mr* dst = b.Register(target.data(), target.size());
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  auto start = Clock::now();
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(a.Write(source.data(), source.size(), src, peer, remote + i * 16384ull,
+                      fi_mr_key(dst), nullptr, FI_COMPLETION),
+              0);
+  }
+  ASSERT_EQ(a.Poll(64, 20).size(), 64u);
+  double seconds = SecondsSince(start);
+  EXPECT_GE(seconds, 64 * 16384 * 8 / 1e9 * 0.99);
+  EXPECT_LT(seconds, 15.0);
+}
+
+TEST_F(SimnicTest, DoorbellChargedOncePerPostWithoutFiMore) {
+  setenv("SIMNIC_DOORBELL_NS", "1000000", 1);  // 1 ms, to measure on any machine
+  setenv("SIMNIC_NUMA_NODES", "1", 1);
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(64), target(64);
+  fid_mr* src = a.Register(source.data(), 64);
+  fid_mr* dst = b.Register(target.data(), 64);
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  auto start = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+              0);
+  }
+  double each = SecondsSince(start);
+  ASSERT_EQ(a.Poll(20, 10).size(), 20u);
+  start = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr,
+                      FI_COMPLETION | (i < 19 ? FI_MORE : 0)),
+              0);
+  }
+  double batched = SecondsSince(start);
+  ASSERT_EQ(a.Poll(20, 10).size(), 20u);
+  unsetenv("SIMNIC_NUMA_NODES");
+  EXPECT_GE(each, 0.020);
+  EXPECT_LT(batched, each / 2) << "one doorbell for the batch";
+}
+
+TEST_F(SimnicTest, EfaDirectRulesUnknownPeerAndMtu) {
+  setenv("SIMNIC_DIRECT", "1", 1);
+  Nic a(0), b(1);
+  EXPECT_EQ(a.info()->ep_attr->max_msg_size, 8192u);
+  std::vector<uint8_t> source(16384, 3), target(64, 0);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fid_mr* dst = b.Register(target.data(), 64);
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  // b has not inserted a: efa-direct's REMOTE_ERROR_UNKNOWN_PEER.
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  std::vector<fi_cq_err_entry> errors;
+  a.Poll(1, 10, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(std::string(fi_cq_strerror(a.cq(), errors[0].prov_errno, nullptr, nullptr, 0))
+                .find("UNKNOWN_PEER"),
+            std::string::npos);
+  EXPECT_EQ(target[0], 0);
+  b.Insert(a.address());
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  EXPECT_EQ(a.Poll(1, 10).size(), 1u);
+  EXPECT_EQ(target[0], 3);
+  // Messages above the MTU are refused.
+  EXPECT_EQ(fi_send(a.ep(), source.data(), 8193, fi_mr_desc(src), peer, nullptr), -FI_EMSGSIZE);
+  EXPECT_EQ(fi_send(a.ep(), source.data(), 8192, fi_mr_desc(src), peer, nullptr), 0);
+  EXPECT_EQ(a.Poll(1, 10).size(), 1u);
+}
+
+TEST_F(SimnicTest, ThreadDomainWorksWithoutLocks) {
+  Nic a(0, FI_THREAD_DOMAIN), b(1, FI_THREAD_DOMAIN);
+  EXPECT_EQ(a.info()->domain_attr->threading, FI_THREAD_DOMAIN);
+  std::vector<uint8_t> source(256, 4), target(256, 0);
+  fid_mr* src = a.Register(source.data(), 256);
+  fid_mr* dst = b.Register(target.data(), 256);
+  fi_addr_t peer = a.Insert(b.address());
+  ASSERT_EQ(a.Write(source.data(), 256, src, peer, reinterpret_cast<uint64_t>(target.data()),
+                    fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  EXPECT_EQ(a.Poll(1, 10).size(), 1u);
+  EXPECT_EQ(target, source);
+}
+
+// The peer process of the next test: opens NIC 1, prints its address in
+// hex, then waits to be killed (at most 60 s).
+int PeerMain() {
+  Nic nic(1);
+  std::vector<uint8_t> target(4096, 0);
+  fid_mr* mr = nic.Register(target.data(), target.size());
+  std::printf("%llx %llx ", static_cast<unsigned long long>(fi_mr_key(mr)),
+              static_cast<unsigned long long>(reinterpret_cast<uint64_t>(target.data())));
+  for (uint8_t byte : nic.address()) std::printf("%02x", byte);
+  std::printf("\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
+TEST_F(SimnicTest, WritesIntoADeadPeerFailInBoundedTime) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(pipe_fds[1], 1);
+    close(pipe_fds[0]);
+    setenv("SIMNIC_TEST_PEER", "1", 1);
+    execl("/proc/self/exe", "simnic_test", nullptr);
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::string line;
+  char c = 0;
+  while (read(pipe_fds[0], &c, 1) == 1 && c != '\n') line += c;
+  close(pipe_fds[0]);
+  unsigned long long key = 0, addr = 0;
+  char hex[65] = {};
+  ASSERT_EQ(std::sscanf(line.c_str(), "%llx %llx %64s", &key, &addr, hex), 3) << line;
+  std::vector<uint8_t> address(32);
+  for (size_t i = 0; i < 32; ++i) address[i] = std::stoi(std::string(hex + 2 * i, 2), nullptr, 16);
+
+  Nic a(0);
+  std::vector<uint8_t> source(4096, 8);
+  fid_mr* src = a.Register(source.data(), source.size());
+  fi_addr_t peer = a.Insert(address);
+  ASSERT_EQ(a.Write(source.data(), 4096, src, peer, addr, key, nullptr, FI_COMPLETION), 0);
+  EXPECT_EQ(a.Poll(1, 10).size(), 1u) << "the live peer takes the write";
+
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto start = Clock::now();
+  ASSERT_EQ(a.Write(source.data(), 4096, src, peer, addr, key, nullptr, FI_COMPLETION), 0);
+  std::vector<fi_cq_err_entry> errors;
+  a.Poll(1, 10, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].err, FI_EIO);
+  EXPECT_LT(SecondsSince(start), 5.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before libfabric starts: it looks for providers once.
+  std::string dir = RunfilesDir();
+  setenv("FI_PROVIDER_PATH", dir.c_str(), 1);
+  setenv("SIMNIC_QUIET", "1", 1);
+  if (std::getenv("SIMNIC_TEST_PEER") != nullptr) {
+    setenv("SIMNIC_NICS", "4", 1);
+    return PeerMain();
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
