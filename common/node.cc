@@ -158,6 +158,15 @@ double Node::link_gbps() const {
   return total;
 }
 
+std::string Node::simulated_model() const {
+  const fi_info& info = *nic_infos_[0];
+  if (info.nic == nullptr || info.nic->device_attr == nullptr) return "";
+  const fi_device_attr& device = *info.nic->device_attr;
+  if (device.driver == nullptr || std::string(device.driver).find("simulated") == std::string::npos)
+    return "";
+  return device.firmware != nullptr ? device.firmware : "simulated NIC";
+}
+
 void Node::PrintSummary(std::ostream& out) const {
   uint32_t v = fi_version();
   uint32_t api = RequestedApiVersion();
@@ -171,6 +180,8 @@ void Node::PrintSummary(std::ostream& out) const {
       << ", memory " << MemoryKindName(fabric_.memory) << ", " << groups_.size() << " group(s) x "
       << nics_per_gpu() << " NIC(s), " << buffers_per_gpu_ << " buffer(s) of " << buffer_size_
       << " bytes per group\n";
+  std::string model = simulated_model();
+  if (!model.empty()) out << "SIMULATED NICs, every number below is simulated: " << model << "\n";
   PrintGroups(out, groups_, nic_descriptions_);
 }
 

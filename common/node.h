@@ -5,6 +5,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/buffer.h"
@@ -41,6 +42,9 @@ class Node {
 
   // Summed link speed of the NICs in use, 0 when the provider reports none.
   double link_gbps() const;
+  // "" for real NICs; for a simulated one (simnic) the model's one-line
+  // summary, which every number it produces must carry.
+  std::string simulated_model() const;
 
   // Provider, libfabric version, memory kind and the group table.
   void PrintSummary(std::ostream& out) const;

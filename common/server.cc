@@ -613,9 +613,10 @@ class RandomFillServer {
 
     if (outcome.ok) {
       ++served_;
-      std::printf("Transfer done: %s in %.3f s, %.3f Gbps, %.3f Mops/s.\n",
+      std::printf("Transfer done: %s in %.3f s, %.3f Gbps, %.3f Mops/s%s.\n",
                   FormatBytes(outcome.stats.bytes).c_str(), outcome.stats.seconds,
-                  outcome.stats.gbps, outcome.stats.mops);
+                  outcome.stats.gbps, outcome.stats.mops,
+                  node_.simulated_model().empty() ? "" : " (simulated NICs)");
     } else {
       ++failed_;
       std::printf("Transfer abandoned: %s%s\n", outcome.error.c_str(), repaired.c_str());
@@ -645,6 +646,9 @@ class RandomFillServer {
     r["gbps"] = outcome.stats.gbps;
     r["mops"] = outcome.stats.mops;
     r["link_gbps"] = node_.link_gbps();
+    std::string model = node_.simulated_model();
+    r["simulated"] = !model.empty();
+    if (!model.empty()) r["model"] = model;
     // What the chapter's idea moves (docs/README.md, "Counters").
     const NetworkCounters& c = outcome.counters;
     r["writes"] = c.writes;

@@ -88,7 +88,7 @@ class WriteJob {
   const std::atomic<bool>* abandon_;
   size_t num_gpus_, nics_per_gpu_, buffers_per_gpu_;
   mutable std::mutex usage_mutex_;
-  ThreadUsage usage_{0, 0, 0};
+  ThreadUsage usage_{0, 0, 0, 0};  // all zero: migrations known until a thread says not
 };
 
 // What a writer reports back. `stats` covers the timed part (after warmup);

@@ -369,6 +369,9 @@ bool Deliver(Endpoint* ep, InboundState& in, const RingControl* rc, EntryHeader*
     e->status = kOk;
     if (report) {
       CqEntry c{};
+      // Like the efa fabric, leave something stale in op_context: a remote
+      // write is told by its flags, never by a null context.
+      c.op_context = kStaleRemoteWriteContext;
       c.flags = FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA;
       c.len = e->total;
       c.data = e->cq_data;
@@ -735,10 +738,17 @@ struct Engine::Worker {
   std::atomic<bool> stop{false};
 };
 
+namespace {
+std::atomic<bool> engine_created{false};
+}  // namespace
+
 Engine& Engine::Get() {
   static Engine engine;
+  engine_created.store(true, std::memory_order_release);
   return engine;
 }
+
+bool Engine::Created() { return engine_created.load(std::memory_order_acquire); }
 
 Engine::~Engine() { StopAll(); }
 

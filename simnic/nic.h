@@ -279,6 +279,10 @@ struct AddressVector {
 
 enum class OpKind : uint8_t { kWrite, kSend, kRecv };
 
+// What a target's remote-write completion carries in op_context: never a
+// context of the application's, never null (see Engine, remote writes).
+inline void* const kStaleRemoteWriteContext = reinterpret_cast<void*>(uintptr_t{0x5a1e0c0de});
+
 struct Descriptor {
   void* context;
   uint8_t* buf;  // local source (write, send) or destination (recv)
@@ -372,6 +376,10 @@ void ReleaseConnections(Endpoint* ep);
 class Engine {
  public:
   static Engine& Get();
+  // Whether Get() ever ran: the provider's cleanup must not create the
+  // engine at exit (its destructor would be registered after the core has
+  // begun unloading the provider, and run from unmapped code).
+  static bool Created();
   void Add(Endpoint* ep);
   // Returns once no engine thread touches `ep` any more.
   void Remove(Endpoint* ep);

@@ -90,7 +90,10 @@ fi_ops nic_ops = {kFiOpsSize,
 
 char* Dup(const char* s) { return s ? strdup(s) : nullptr; }
 
-fid_nic* NewNic(int index, double line_bps) {
+// `model`: the model's one-line summary, which the NIC carries as its
+// "firmware" so that applications can print it with their results (every
+// simulated number must say what made it).
+fid_nic* NewNic(int index, double line_bps, const char* model) {
   auto* nic = static_cast<fid_nic*>(calloc(1, sizeof(fid_nic)));
   nic->fid.fclass = FI_CLASS_NIC;
   nic->fid.ops = &nic_ops;
@@ -103,7 +106,7 @@ fid_nic* NewNic(int index, double line_bps) {
   nic->device_attr->device_version = Dup("1");
   nic->device_attr->vendor_id = Dup("0x1d0f");
   nic->device_attr->driver = Dup("simnic (simulated)");
-  nic->device_attr->firmware = Dup("none");
+  nic->device_attr->firmware = Dup(model);
   nic->bus_attr->bus_type = FI_BUS_UNKNOWN;
   nic->link_attr->address = Dup(name.c_str());
   nic->link_attr->mtu = 8192;
@@ -140,7 +143,8 @@ int NicControl(fid* f, int command, void* arg) {
   auto* nic = reinterpret_cast<fid_nic*>(f);
   int index = 0;
   if (nic->device_attr && nic->device_attr->name) index = std::atoi(nic->device_attr->name + 6);
-  fid_nic* copy = NewNic(index, nic->link_attr ? static_cast<double>(nic->link_attr->speed) : 0);
+  fid_nic* copy = NewNic(index, nic->link_attr ? static_cast<double>(nic->link_attr->speed) : 0,
+                         nic->device_attr ? nic->device_attr->firmware : nullptr);
   *static_cast<fid_nic**>(arg) = copy;
   return 0;
 }
@@ -248,7 +252,7 @@ fi_info* NewInfo(const Model& m, int index, const fi_info* hints, bool hmem) {
 
   info->fabric_attr->name = Dup("simnic");
   info->fabric_attr->prov_version = kProviderVersion;
-  info->nic = NewNic(index, m.line_bps());
+  info->nic = NewNic(index, m.line_bps(), m.Summary().c_str());
   return info;
 }
 
@@ -666,11 +670,14 @@ void RingDoorbell(const Endpoint* ep) {
 }
 
 // The local buffer must lie in the registration its descriptor names
-// (FI_MR_LOCAL, as EFA checks an lkey).
-bool LocalOk(const void* buf, size_t len, void* desc) {
+// (FI_MR_LOCAL, as EFA checks an lkey), registered with the access the
+// operation needs (FI_SEND, FI_RECV or FI_WRITE; EFA maps them to the
+// device's local access rights in efa_mr.c).
+bool LocalOk(const void* buf, size_t len, void* desc, uint64_t access) {
   if (len == 0) return true;
   auto* mr = static_cast<const MemoryRegion*>(desc);
   if (mr == nullptr) return false;
+  if ((mr->access & access) != access) return false;
   uint64_t start = reinterpret_cast<uint64_t>(buf);
   return start >= mr->addr && len <= mr->len && start - mr->addr <= mr->len - len;
 }
@@ -708,7 +715,7 @@ ssize_t PostTransmit(Endpoint* ep, OpKind kind, const void* buf, size_t len, voi
                      void* context, uint64_t flags) {
   const Model& m = *ep->model;
   if (kind == OpKind::kSend && len > (m.direct ? m.mtu : m.max_send)) return -FI_EMSGSIZE;
-  if (!LocalOk(buf, len, desc)) return -FI_EINVAL;
+  if (!LocalOk(buf, len, desc, kind == OpKind::kSend ? FI_SEND : FI_WRITE)) return -FI_EINVAL;
   PeerRegion* peer = Resolve(ep, dest);
   if (peer == nullptr) return -FI_EINVAL;
   Descriptor d{};
@@ -726,7 +733,7 @@ ssize_t PostTransmit(Endpoint* ep, OpKind kind, const void* buf, size_t len, voi
 }
 
 ssize_t PostRecv(Endpoint* ep, void* buf, size_t len, void* desc, void* context, uint64_t flags) {
-  if (!LocalOk(buf, len, desc)) return -FI_EINVAL;
+  if (!LocalOk(buf, len, desc, FI_RECV)) return -FI_EINVAL;
   Descriptor d{};
   d.context = context;
   d.buf = static_cast<uint8_t*>(buf);
@@ -869,6 +876,10 @@ int EpControl(fid* f, int command, void* arg) {
       if (ep->enabled) return 0;
       if (ep->tx_cq == nullptr || ep->rx_cq == nullptr) return -FI_ENOCQ;
       if (ep->av == nullptr) return -FI_ENOAV;
+      // EFA abort()s on errors of its internal operations when no event
+      // queue is bound (efa_base_ep.c, efa_base_ep_write_eq_error); simnic
+      // refuses such an endpoint at once, so the mistake shows in a test.
+      if (ep->eq == nullptr) return -FI_ENOEQ;
       ep->enabled = true;
       Engine::Get().Add(ep);
       return 0;
@@ -1101,7 +1112,9 @@ int FabricOpen(fi_fabric_attr* attr, fid_fabric** out, void* context) {
   return 0;
 }
 
-void Cleanup() { Engine::Get().StopAll(); }
+void Cleanup() {
+  if (Engine::Created()) Engine::Get().StopAll();
+}
 
 fi_provider provider = {
     kProviderVersion, FI_VERSION(1, 17), {}, "simnic", GetInfo, FabricOpen, Cleanup,
