@@ -41,15 +41,16 @@ def idea(chapter):
 
 
 def series_gbps(chapter):
-    return CHAPTERS[chapter][1]
+    """None for our own chapters (16 on): the series has no number for them."""
+    return CHAPTERS[chapter][1] if chapter in CHAPTERS else None
 
 
 def series_mops(chapter):
-    return CHAPTERS[chapter][2]
+    return CHAPTERS[chapter][2] if chapter in CHAPTERS else None
 
 
 def series_share(chapter):
-    return CHAPTERS[chapter][1] / SERIES_LINK_GBPS
+    return CHAPTERS[chapter][1] / SERIES_LINK_GBPS if chapter in CHAPTERS else None
 
 
 def previous(chapter):
