@@ -85,9 +85,9 @@ COUNTERS = [
 ]
 COUNTER_FIELDS = [c[0] for c in COUNTERS]
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "gbps_median", "mops_median", "gbps_min",
-              "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops", "provider", "memory",
-              "gpus", "nics_per_gpu", "page_size", "pages", "repeat", "libfabric", "machine",
-              "kind"] + COUNTER_FIELDS
+              "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops",
+              "provider", "memory", "gpus", "nics_per_gpu", "page_size", "pages", "repeat",
+              "libfabric", "machine", "kind"] + COUNTER_FIELDS
 SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never measurements
 
 
