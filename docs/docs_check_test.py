@@ -1,7 +1,9 @@
 """Checks that the docs pages' generated blocks match the code and results.
 
 Runs tools/docs_diff.py --check on the source tree, and makes sure that the
-check does catch a page whose diff no longer matches a chapter's code.
+check does catch a page whose diff no longer matches a chapter's code, a page
+whose code block no longer matches the library function it shows, and a
+code block whose function is gone.
 """
 import os
 import pathlib
@@ -9,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 
 
@@ -24,6 +27,22 @@ def check(root):
                           capture_output=True, text=True)
 
 
+def copy_tree(tmp):
+    """The parts of the checkout the pages are made from, in tmp."""
+    copy = pathlib.Path(tmp)
+    for part in ("chapters", "common", "docs", "results"):
+        shutil.copytree(source_root() / part, copy / part,
+                        ignore=shutil.ignore_patterns("*.png"))
+    return copy
+
+
+def docs_diff():
+    """tools/docs_diff.py as a module, for its function finder."""
+    sys.path.insert(0, str(source_root() / "tools"))
+    import docs_diff as module  # noqa: E402
+    return module
+
+
 class DocsCheckTest(unittest.TestCase):
     def test_pages_match_code_and_results(self):
         result = check(source_root())
@@ -31,10 +50,7 @@ class DocsCheckTest(unittest.TestCase):
 
     def test_check_catches_a_stale_diff(self):
         with tempfile.TemporaryDirectory() as tmp:
-            copy = pathlib.Path(tmp)
-            for part in ("chapters", "docs", "results"):
-                shutil.copytree(source_root() / part, copy / part,
-                                ignore=shutil.ignore_patterns("*.png"))
+            copy = copy_tree(tmp)
             server = copy / "chapters" / "12_pin" / "server.cc"
             text = server.read_text()
             self.assertIn("PinThisThread(preferred_cpu);", text)
@@ -49,21 +65,14 @@ class DocsCheckTest(unittest.TestCase):
 
     def test_check_catches_a_missing_page(self):
         with tempfile.TemporaryDirectory() as tmp:
-            copy = pathlib.Path(tmp)
-            for part in ("chapters", "docs", "results"):
-                shutil.copytree(source_root() / part, copy / part,
-                                ignore=shutil.ignore_patterns("*.png"))
+            copy = copy_tree(tmp)
             (copy / "docs" / "14_batch.md").unlink()
             result = check(copy)
             self.assertEqual(result.returncode, 1, result.stdout)
             self.assertIn("docs/14_batch.md: missing", result.stdout)
 
     def copy(self, tmp):
-        copy = pathlib.Path(tmp)
-        for part in ("chapters", "docs", "results"):
-            shutil.copytree(source_root() / part, copy / part,
-                            ignore=shutil.ignore_patterns("*.png"))
-        return copy
+        return copy_tree(tmp)
 
     def write(self, root):
         tool = source_root() / "tools" / "docs_diff.py"
@@ -98,6 +107,75 @@ class DocsCheckTest(unittest.TestCase):
                 self.assertNotIn("2core-test-simnic-host", measured, page)
                 self.assertIn("2core-test-simnic-host", simulated, page)
             self.assertEqual(check(copy).returncode, 0)
+
+    def test_check_catches_a_stale_code_block(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            pages = [p.name for p in (copy / "docs").glob("*.md")
+                     if "<!-- code:begin common/post_queue.h#PostPendingQueue -->"
+                     in p.read_text()]
+            self.assertIn("18_more.md", pages)
+            header = copy / "common" / "post_queue.h"
+            text = header.read_text()
+            line = "      if (free_slots > 0) --free_slots;"
+            self.assertIn(line, text)
+            header.write_text(text.replace(line, line + "  // changed", 1))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            stale = result.stdout.split("stale page(s):")[-1]
+            for page in pages:
+                self.assertIn(f"docs/{page}", stale)
+            # A change outside the function leaves the pages alone.
+            header.write_text(text.replace("#pragma once", "#pragma once  // changed", 1))
+            result = check(copy)
+            self.assertEqual(result.returncode, 0, result.stdout)
+
+    def test_check_names_a_function_that_is_gone(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            source = copy / "common" / "network.cc"
+            text = source.read_text()
+            self.assertIn("void Network::ProgressPendingOps() {", text)
+            source.write_text(text.replace("ProgressPendingOps", "PostQueue"))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/18_more.md: code:begin common/network.cc#"
+                          "Network::ProgressPendingOps: common/network.cc defines no function "
+                          "Network::ProgressPendingOps", result.stdout)
+
+    def test_function_finder(self):
+        find = docs_diff().find_function
+        text = textwrap.dedent("""\
+            // Foo( in a comment
+            int Foo(int a);
+            template <typename T>
+            int Foo(T a) {
+              if (a) {
+                return Foo(a - 1);
+              }
+              return 0;
+            }
+            struct Bar {
+              int Get() const { return 1; }
+              void Set(int v) {
+                v_ = v;
+              }
+            };
+            void Over(int) {
+            }
+            void Over(double) {
+            }
+            """)
+        self.assertEqual(find(text, "Foo"),
+                         ["template <typename T>", "int Foo(T a) {", "  if (a) {",
+                          "    return Foo(a - 1);", "  }", "  return 0;", "}"])
+        self.assertEqual(find(text, "Bar::Get"), ["int Get() const { return 1; }"])
+        self.assertEqual(find(text, "Bar::Set"), ["void Set(int v) {", "  v_ = v;", "}"])
+        self.assertEqual(find(text, "Over@2"), ["void Over(double) {", "}"])
+        with self.assertRaisesRegex(ValueError, "2 definitions of Over"):
+            find(text, "Over")
+        with self.assertRaisesRegex(ValueError, "no function Baz"):
+            find(text, "Baz")
 
 
 if __name__ == "__main__":

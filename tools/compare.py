@@ -5,10 +5,23 @@ Builds every chapter's server and client, runs each chapter a few times over a
 local provider (tools/run_chapter.py does one run), keeps the median, and
 writes into a folder named <machine>-<provider>-<memory>:
 
-  results.md    the table, with the machine, libfabric, command line and date
+  results.md    the table, with the machine, libfabric, command line and date,
+                and a table of the counters each chapter's idea moves
   results.csv   the same numbers, one row per chapter
   results.json  the settings and every run's raw server record
   plot.png      Gbps and Mops/s per chapter, beside the series' p5 ladder
+
+The counters (docs/README.md, "Counters") are medians over the runs, per
+WRITE where that is what teaches (post calls, doorbells, CQ reads, EAGAINs
+and allocations per WRITE, CPU ns per WRITE inside and outside provider
+calls), and as counts for the writer threads' migrations and involuntary
+context switches.
+
+A run over the simulated NIC (--provider simnic) is labelled "simulated"
+everywhere: in the folder's name (which must contain "simnic"), in the
+title and first lines of results.md, in results.csv's `kind` column, in
+results.json's meta and on the plot. Its numbers are a simulation's, never
+a provider's measurement.
 
 By default that folder is out/results/<name>/, which git ignores: a run
 leaves the checkout as it was. Recording is a separate, explicit step:
@@ -57,9 +70,34 @@ SCRATCH = ROOT / "out" / "results"  # git-ignored: where a run writes unless tol
 RESULT_FILES = ("results.md", "results.csv", "results.json", "plot.png")
 DEFAULT_LAYOUT = (1, 2)  # GPUs, NICs per GPU: run_chapter's defaults
 DEFAULT_PAGE_SIZE = 65536  # the series' page
+# The counters kept per chapter: (column, the server record's key, divided
+# by the record's `writes`?, heading in results.md, digits shown).
+COUNTERS = [
+    ("post_calls_per_write", "post_calls", True, "post calls / WRITE", 3),
+    ("doorbells_per_write", "doorbells", True, "doorbells / WRITE", 3),
+    ("cq_reads_per_write", "cq_reads", True, "CQ reads / WRITE", 3),
+    ("eagain_per_write", "eagain", True, "EAGAIN / WRITE", 4),
+    ("op_allocations_per_write", "op_allocations", True, "allocations / WRITE", 4),
+    ("ns_per_write_provider", "ns_per_write_provider", False, "CPU ns / WRITE in provider", 1),
+    ("ns_per_write_app", "ns_per_write_app", False, "CPU ns / WRITE in app", 1),
+    ("migrations", "migrations", False, "migrations", 0),
+    ("involuntary_switches", "involuntary_switches", False, "involuntary switches", 0),
+]
+COUNTER_FIELDS = [c[0] for c in COUNTERS]
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "gbps_median", "mops_median", "gbps_min",
-              "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "provider", "memory",
-              "gpus", "nics_per_gpu", "page_size", "pages", "repeat", "libfabric", "machine"]
+              "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops",
+              "provider", "memory", "gpus", "nics_per_gpu", "page_size", "pages", "repeat",
+              "libfabric", "machine", "kind"] + COUNTER_FIELDS
+SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never measurements
+
+
+def is_simulated(provider):
+    """Whether a provider is a simulation (simnic), not a real provider."""
+    return any(str(provider).startswith(p) for p in SIMULATED_PROVIDERS)
+
+
+def kind_of(provider):
+    return "simulated" if is_simulated(provider) else "measured"
 
 
 # --- the machine -----------------------------------------------------------
@@ -277,6 +315,26 @@ def run_all(args, chapter_list):
 
 # --- tables ----------------------------------------------------------------
 
+def counter_medians(ok_records):
+    """The medians of the counters over the successful runs that report
+    them: {column: value}; a counter no run reports is left out."""
+    out = {}
+    for column, key, per_write, _, _ in COUNTERS:
+        values = []
+        for r in ok_records:
+            v = r.get(key)
+            if v is None:
+                continue  # an older record, or a kernel that does not report it
+            if per_write:
+                if not r.get("writes"):
+                    continue
+                v = v / r["writes"]
+            values.append(float(v))
+        if values:
+            out[column] = statistics.median(values)
+    return out
+
+
 def summarize(records, chapter_list):
     rows = []
     prev_gbps = None
@@ -286,12 +344,15 @@ def summarize(records, chapter_list):
         row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.CHAPTERS
                else "", "runs": len(mine), "runs_ok": len(ok),
                "series_p5_gbps": series.series_gbps(chapter) if chapter in series.CHAPTERS
+               else "",
+               "series_p5_mops": series.series_mops(chapter) if chapter in series.CHAPTERS
                else ""}
         if ok:
             g = [r["gbps"] for r in ok]
             row.update(gbps_median=statistics.median(g), gbps_min=min(g), gbps_max=max(g),
                        mops_median=statistics.median(r["mops"] for r in ok),
                        seconds_median=statistics.median(r["seconds"] for r in ok))
+            row.update(counter_medians(ok))
             if prev_gbps:
                 row["vs_previous"] = row["gbps_median"] / prev_gbps - 1
             prev_gbps = row["gbps_median"]
@@ -307,8 +368,8 @@ def fmt_change(x):
 
 def markdown_table(rows):
     lines = ["| chapter | idea | Gbps (median) | Mops/s (median) | Gbps min-max | runs "
-             "| vs previous | series on p5, Gbps |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| vs previous | series on p5, Gbps | series on p5, Mops/s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("gbps_median") is None:
             nums = "failed | | "
@@ -316,10 +377,31 @@ def markdown_table(rows):
             nums = (f"{r['gbps_median']:.3f} | {r['mops_median']:.4f} | "
                     f"{r['gbps_min']:.3f}-{r['gbps_max']:.3f}")
         runs = f"{r['runs_ok']}" if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
-        p5 = f"{r['series_p5_gbps']:.3f}" if r["series_p5_gbps"] != "" else ""
+        p5 = f"{r['series_p5_gbps']:.3f}" if r.get("series_p5_gbps", "") != "" else ""
+        p5 += f" | {r['series_p5_mops']:.3f}" if r.get("series_p5_mops", "") != "" else " | "
         lines.append(f"| {r['chapter']} | {r['idea']} | {nums} | {runs} | "
                      f"{fmt_change(r.get('vs_previous'))} | {p5} |")
     return "\n".join(lines)
+
+
+def fmt_counter(value, digits):
+    return "" if value in (None, "") else f"{float(value):.{digits}f}"
+
+
+def counters_table(rows):
+    """One row per chapter: the counters' medians over the runs."""
+    lines = ["| chapter | " + " | ".join(c[3] for c in COUNTERS) + " |",
+             "|---|" + "---:|" * len(COUNTERS)]
+    for r in rows:
+        cells = [fmt_counter(r.get(c[0]), c[4]) for c in COUNTERS]
+        lines.append(f"| {r['chapter']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def simulated_note(provider):
+    return (f"**Simulated**: `{provider}` is a simulated NIC, not a libfabric provider on real "
+            "hardware. Every number in this folder comes from the simulation; none is a "
+            "measurement of a provider, and none belongs in a column beside measured ones.")
 
 
 def layout_text(meta):
@@ -338,8 +420,15 @@ def write_markdown(path, meta, rows):
              f"{100 * meta['other_cpu']:.1f}% of the machine's CPU time")
     machine = (f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['os']}, "
                f"Linux {m['kernel']}" + (f", {m['gpus']}" if m.get("gpus") else ""))
-    text = f"""# {meta['name']}: the chapters over `{s['provider']}`, {s['memory']} memory
-
+    simulated = is_simulated(s["provider"])
+    title = (f"# {meta['name']}: the chapters over `{s['provider']}` (SIMULATED), "
+             f"{s['memory']} memory" if simulated else
+             f"# {meta['name']}: the chapters over `{s['provider']}`, {s['memory']} memory")
+    note = f"\n{simulated_note(s['provider'])}\n" if simulated else ""
+    if meta.get("note"):
+        note += f"\n{meta['note']}\n"
+    text = f"""{title}
+{note}
 Recorded by `tools/compare.py`; every number below comes from its runs.
 
 - machine: {machine}
@@ -356,8 +445,18 @@ Recorded by `tools/compare.py`; every number below comes from its runs.
 
 Gbps and Mops/s are the server's, timed from the first WRITE after warmup to
 the last completion. "vs previous" compares the median Gbps with the chapter
-before. The last column is the number {series.SERIES_SOURCE} (8 GPUs, 32 EFA
-NICs, 64 KiB pages), quoted for reference, not measured here.
+before. The last two columns are the numbers {series.SERIES_SOURCE} (8 GPUs,
+32 EFA NICs, 64 KiB pages; Gbps and millions of WRITEs a second), quoted
+for reference, not measured here; chapters 16 on are ours, with no series
+number.
+
+Counters of the writer threads' whole run, warmup included (docs/README.md,
+"Counters"), medians over the runs: per WRITE for the calls, EAGAINs and
+allocations and for the CPU time inside and outside provider calls; counts
+for migrations and involuntary context switches. An empty cell: no run
+reported that counter.
+
+{counters_table(rows)}
 
 ![plot](plot.png)
 """
@@ -377,10 +476,13 @@ def write_csv(path, meta, rows):
             for k in ("mops_median", "vs_previous", "seconds_median"):
                 if out[k] != "":
                     out[k] = f"{out[k]:.4f}"
+            for column, _, _, _, digits in COUNTERS:
+                if out[column] != "":
+                    out[column] = f"{out[column]:.{max(digits, 4)}f}"
             out.update(provider=s["provider"], memory=s["memory"], gpus=s["gpus"],
                        nics_per_gpu=s["nics_per_gpu"], page_size=s["page_size"],
                        pages=s["pages"], repeat=s["repeat"], libfabric=meta["libfabric"],
-                       machine=meta["machine_slug"])
+                       machine=meta["machine_slug"], kind=kind_of(s["provider"]))
             w.writerow(out)
 
 
@@ -438,14 +540,15 @@ def plot(out_dir):
                           textcoords="offset points", ha="center", fontsize=8)
         axis.set_ylim(0, top * 1.3)
         axis.set_ylabel(unit)
-    ax.set_title(f"This machine: {meta['machine_slug']}, {s['provider']}, {s['memory']} memory, "
-                 f"{s['gpus']} GPU(s) x {s['nics_per_gpu']} NIC(s)\n"
+    sim = " (SIMULATED NIC: not a measurement)" if is_simulated(s["provider"]) else ""
+    ax.set_title(f"This machine: {meta['machine_slug']}, {s['provider']}{sim}, "
+                 f"{s['memory']} memory, {s['gpus']} GPU(s) x {s['nics_per_gpu']} NIC(s)\n"
                  f"page {s['page_size']} B, {s['pages']} pages, repeat {s['repeat']}; "
                  f"median of {s['runs']} runs (Gbps bars: min-max)", fontsize=10)
     ax.tick_params(labelbottom=False)
     mx.set_xticks(xs, labels, fontsize=8)
 
-    chapters = series.ORDER
+    chapters = list(series.CHAPTERS)  # the series' own: ours (16+) have no series number
     p5 = [series.series_gbps(c) for c in chapters]
     pbars = bx.bar(range(len(chapters)), p5, color="#55A868")
     for b, c in zip(pbars, chapters):
@@ -599,6 +702,14 @@ def main():
         dest = args.out or RECORDED / name
         if not is_recorded(dest):
             parser.error(f"--record-from: {dest} is not under results/")
+        try:
+            provider = json.loads((src / "results.json").read_text())["meta"]["settings"][
+                "provider"]
+        except (OSError, ValueError, KeyError, TypeError):
+            provider = ""
+        if is_simulated(provider) and "simnic" not in dest.name:
+            parser.error(f"--record-from: {src} holds simulated numbers ({provider}): the "
+                         f"folder's name must say so (contain 'simnic'), not {dest.name}")
         if dest.resolve() == src.resolve():
             parser.error(f"--record-from: {src} is already recorded there")
         return record_from(src, dest, not args.no_docs)
@@ -612,6 +723,9 @@ def main():
     if args.page_size != DEFAULT_PAGE_SIZE:
         name += f"-page{args.page_size}"
     out_dir = args.out or (RECORDED if args.record else SCRATCH) / name
+    if is_simulated(args.provider) and "simnic" not in out_dir.name:
+        parser.error(f"--out {shown(out_dir)}: a run over {args.provider} is simulated, and the "
+                     "folder's name must say so: name it with 'simnic' in it")
     if is_recorded(out_dir) and not args.record:
         parser.error(f"--out {shown(out_dir)}: results/ holds the recorded (tracked) results; "
                      "add --record to write there, or leave --out out (out/results/)")
@@ -660,8 +774,12 @@ def main():
         # machine's CPU time that went to other processes during the runs.
         "other_cpu": None if other_cpu is None else round(other_cpu, 3),
         "command": command,
+        # simnic is a simulation: its numbers are never a provider's measurement.
+        "kind": kind_of(provider),
+        "simulated": is_simulated(provider),
         "series": {"source": series.SERIES_SOURCE,
-                   "gbps": {c: series.series_gbps(c) for c in series.ORDER}},
+                   "gbps": {c: series.series_gbps(c) for c in series.CHAPTERS},
+                   "mops": {c: series.series_mops(c) for c in series.CHAPTERS}},
     }
     rows = summarize(records, chapter_list)
     replaced = previous_recording(out_dir)
@@ -683,7 +801,11 @@ def main():
     print()
     print(f"{out_dir.name}: {layout_text(meta)}, median of {args.runs} run(s), "
           f"libfabric {meta['libfabric']}")
+    if is_simulated(provider):
+        print(f"SIMULATED ({provider}): not a measurement of a provider")
     print(markdown_table(rows))
+    print()
+    print(counters_table(rows))
     print()
     print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
           f"{', plot.png' if drew else ''} to {shown(out_dir)}")

@@ -1,4 +1,6 @@
-"""tools/compare.py leaves the checkout clean unless asked to record (issue 18).
+"""tools/compare.py leaves the checkout clean unless asked to record (issue 18),
+keeps the counters' medians per chapter (issue 15), and labels a simulated
+NIC's numbers "simulated" (simnic).
 
 Runs compare.py's main() in a temporary git copy of the checkout (chapters,
 docs, results, tools, .gitignore), with run_chapter.run_once replaced by a
@@ -9,6 +11,8 @@ The made-up numbers never leave the temporary copy.
 The copy is taken from the source tree (found through the runfiles link of
 this file), so the test is tagged "external", as //docs:docs_check_test is.
 """
+import csv
+import json
 import os
 import pathlib
 import shutil
@@ -28,13 +32,33 @@ DRIVER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1] + "/tools")
     import compare, run_chapter
 
+    RUNS = {}
+
     def fake_run_once(args, chapter, echo=True):
         gbps = 10.0 + len(chapter)
+        run = RUNS[chapter] = RUNS.get(chapter, 0) + 1  # 1, 2, 3...
+        writes = 1000
         return {"chapter": chapter, "ok": True, "gbps": gbps, "mops": gbps / 0.524288 / 1e3,
                 "seconds": 1.0, "libfabric": "1.17 (stub)", "provider": args.provider,
-                "memory": args.memory, "command": "server --once"}
+                "memory": args.memory, "command": "server --once",
+                # counters: run r posts (1 + r/10) calls per WRITE, and so on
+                "writes": writes, "post_calls": writes + 100 * run,
+                "doorbells": writes // 2 * run, "eagain": 100 * run, "cq_reads": 250 * run,
+                "cq_empty_reads": 10, "cq_entries": writes, "op_allocations": 2 * run,
+                "migrations": None if run == 2 else run, "involuntary_switches": 3 * run,
+                "ns_per_write_provider": 100.0 * run, "ns_per_write_app": 50.0 * run}
+
+    # The simulated NIC's provider name, before run_chapter knows it.
+    add_run_flags = run_chapter.add_run_flags
+
+    def add_run_flags_with_simnic(parser):
+        add_run_flags(parser)
+        for action in parser._actions:
+            if "--provider" in action.option_strings and "simnic" not in action.choices:
+                action.choices = list(action.choices) + ["simnic"]
 
     run_chapter.run_once = fake_run_once
+    run_chapter.add_run_flags = add_run_flags_with_simnic
     sys.argv = ["tools/compare.py"] + sys.argv[2:]
     sys.exit(compare.main())
 """)
@@ -60,7 +84,7 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name) / "checkout"
         src = source_root()
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        for part in ("chapters", "docs", "results", "tools"):
+        for part in ("chapters", "common", "docs", "results", "tools"):
             shutil.copytree(src / part, self.root / part, ignore=ignore)
         shutil.copy2(src / ".gitignore", self.root / ".gitignore")
         git(self.root, "init", "-q")
@@ -144,6 +168,70 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
         self.assertIn("--record-from: docs/results.json is not a compare.py folder",
                       result.stderr.strip().splitlines()[-1])
+        self.assertEqual(self.status(), "")
+
+    def test_counters_are_medians_per_chapter(self):
+        result = self.measure("--runs", "3")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        out = self.root / "out" / "results" / NAME
+        with open(out / "results.csv", newline="") as f:
+            rows = {r["chapter"]: r for r in csv.DictReader(f)}
+        row = rows["10_warmup"]
+        # Runs 1, 2, 3: the medians are run 2's, per WRITE where it teaches.
+        self.assertAlmostEqual(float(row["post_calls_per_write"]), 1.2)
+        self.assertAlmostEqual(float(row["doorbells_per_write"]), 1.0)
+        self.assertAlmostEqual(float(row["eagain_per_write"]), 0.2)
+        self.assertAlmostEqual(float(row["cq_reads_per_write"]), 0.5)
+        self.assertAlmostEqual(float(row["op_allocations_per_write"]), 0.004)
+        self.assertAlmostEqual(float(row["ns_per_write_provider"]), 200.0)
+        self.assertAlmostEqual(float(row["ns_per_write_app"]), 100.0)
+        self.assertAlmostEqual(float(row["involuntary_switches"]), 6.0)
+        # Run 2 reported no migrations: the median of runs 1 and 3.
+        self.assertAlmostEqual(float(row["migrations"]), 2.0)
+        self.assertEqual(row["kind"], "measured")
+        md = (out / "results.md").read_text()
+        self.assertIn("| chapter | post calls / WRITE | doorbells / WRITE |", md)
+        self.assertIn("| 10_warmup | 1.200 | 1.000 | 0.500 | 0.2000 | 0.0040 | 200.0 | 100.0 "
+                      "| 2 | 6 |", md)
+        self.assertNotIn("SIMULATED", md)
+        data = json.loads((out / "results.json").read_text())
+        self.assertFalse(data["meta"]["simulated"])
+        self.assertAlmostEqual(data["rows"][0]["doorbells_per_write"], 1.0)
+
+    def test_a_record_without_counters_leaves_their_cells_empty(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        rows = compare.summarize([{"chapter": "09_multinet", "ok": True, "gbps": 1.0,
+                                   "mops": 0.1, "seconds": 1.0}], ["09_multinet"])
+        self.assertNotIn("doorbells_per_write", rows[0])
+        self.assertIn("| 09_multinet |  |  |", compare.counters_table(rows))
+
+    def test_a_simulated_run_is_labelled_simulated(self):
+        result = self.measure("--provider", "simnic")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        name = f"{MACHINE}-simnic-host"
+        out = self.root / "out" / "results" / name
+        md = (out / "results.md").read_text()
+        self.assertTrue(md.startswith(f"# {name}: the chapters over `simnic` (SIMULATED)"), md)
+        self.assertIn("**Simulated**", md)
+        with open(out / "results.csv", newline="") as f:
+            kinds = {r["kind"] for r in csv.DictReader(f)}
+        self.assertEqual(kinds, {"simulated"})
+        meta = json.loads((out / "results.json").read_text())["meta"]
+        self.assertTrue(meta["simulated"])
+        self.assertEqual(meta["kind"], "simulated")
+        self.assertIn("SIMULATED (simnic)", result.stdout)
+        self.assertEqual(self.status(), "")
+
+    def test_a_simulated_folder_must_be_named_so(self):
+        result = self.measure("--provider", "simnic", "--out", "out/results/plain-name")
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        self.assertIn("must say so", result.stderr.strip().splitlines()[-1])
+        self.assertEqual(self.measure("--provider", "simnic").returncode, 0)
+        result = self.compare("--record-from", f"out/results/{MACHINE}-simnic-host", "--out",
+                              "results/plain-name")
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        self.assertIn("contain 'simnic'", result.stderr.strip().splitlines()[-1])
         self.assertEqual(self.status(), "")
 
 

@@ -11,6 +11,17 @@ hand:
                                      than the chapter's name)
   <!-- source:begin chapters/09_multinet/server.cc -->
   <!-- source:end -->                a whole file
+  <!-- code:begin common/network.cc#Network::ProgressPendingOps -->
+  <!-- code:end -->                  one function of a file, from its
+                                     definition line (with a `template <...>`
+                                     line just above it) to its closing brace
+                                     at the same indentation: the library
+                                     code a chapter's option turns on. A
+                                     method defined inside its class is found
+                                     as Class::Method too; `#Name@2` picks the
+                                     second of several definitions (overloads)
+  <!-- series:begin ladder -->       the series' own ladder: Gbps, Mops/s and
+  <!-- series:end -->                share of 3200 Gbps per chapter
   <!-- results:begin 10_warmup -->   that chapter's few recorded results that
   <!-- results:end -->               teach (PAGE_ROWS: the local default, many
                                      cores in the p5's layout, one GPU row)
@@ -22,6 +33,9 @@ hand:
 
   python3 tools/docs_diff.py --write   # update the pages
   python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
+
+--check also fails, naming the page, when a code block names a function the
+file no longer defines (renamed or moved: update the page's marker).
 
 `bazel test //docs:docs_check_test` runs --check (part of `bazel test //...`).
 """
@@ -36,8 +50,12 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import series  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results):begin ([^ ]+) -->\n)(.*?)(<!-- \2:end -->)",
-                   re.S)
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series):begin ([^ ]+) -->\n)(.*?)"
+                   r"(<!-- \2:end -->)", re.S)
+
+
+class BlockError(ValueError):
+    """A block the page names cannot be made (a function that is gone)."""
 
 
 def is_simulated(folder, provider):
@@ -171,6 +189,117 @@ def render_diff(repo, chapter):
 def render_source(repo, rel):
     lang = "cpp" if rel.endswith((".cc", ".h")) else ""
     return f"```{lang}\n{repo.read(rel).rstrip()}\n```\n"
+
+
+# --- one function of a library file ----------------------------------------
+
+def _definition_at(lines, i):
+    """(first line, last line) of the function whose name is on line i, or
+    None when line i only declares it (a `;` comes before any `{`)."""
+    first = i
+    if i > 0 and re.match(r"\s*template\s*<.*>\s*$", lines[i - 1]):
+        first = i - 1
+    indent = re.match(r"\s*", lines[i]).group(0)
+    depth = 0  # parentheses: a default argument may hold braces or semicolons
+    for j in range(i, len(lines)):
+        for ch in lines[j]:
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif depth == 0 and ch == ";":
+                return None
+            elif depth == 0 and ch == "{":
+                opening = lines[j][lines[j].index("{"):]
+                if opening.count("{") == opening.count("}"):
+                    return first, j  # a one-line body
+                for k in range(j + 1, len(lines)):
+                    if re.match(re.escape(indent) + r"\}", lines[k]):
+                        return first, k
+                return None
+    return None
+
+
+def _class_body(lines, cls):
+    """(first, last) line of `class cls` / `struct cls`'s body, or None."""
+    for i, line in enumerate(lines):
+        if re.match(r"\s*(class|struct)\s+" + re.escape(cls) + r"\b[^;]*$", line):
+            indent = re.match(r"\s*", line).group(0)
+            for k in range(i + 1, len(lines)):
+                if re.match(re.escape(indent) + r"\}", lines[k]):
+                    return i + 1, k
+    return None
+
+
+def find_function(text, name):
+    """The lines of function `name` in `text` (C++): `Class::Method`,
+    `Function`, or either with `@N` for the N-th definition of that name.
+    Raises BlockError when there is no such definition, or several and no
+    `@N`."""
+    name, _, nth = name.partition("@")
+    lines = text.splitlines()
+    found = []
+    pattern = re.compile(r"(?<![\w:~])" + re.escape(name) + r"\s*\(")
+    for i, line in enumerate(lines):
+        if pattern.search(line) and not re.match(r"\s*(//|\*)", line):
+            span = _definition_at(lines, i)
+            if span:
+                found.append(span)
+    if not found and "::" in name:  # a method defined inside its class
+        cls, _, method = name.rpartition("::")
+        body = _class_body(lines, cls.rpartition("::")[2])
+        if body:
+            pattern = re.compile(r"(?<![\w:~.>])" + re.escape(method) + r"\s*\(")
+            for i in range(*body):
+                if pattern.search(lines[i]) and not re.match(r"\s*(//|\*|return\b)", lines[i]):
+                    span = _definition_at(lines, i)
+                    if span:
+                        found.append(span)
+    if not found:
+        raise BlockError(f"defines no function {name}")
+    if nth:
+        if not nth.isdigit() or not 1 <= int(nth) <= len(found):
+            raise BlockError(f"has {len(found)} definition(s) of {name}, not a number {nth}")
+        found = [found[int(nth) - 1]]
+    elif len(found) > 1:
+        raise BlockError(f"has {len(found)} definitions of {name} (lines "
+                         + ", ".join(str(a + 1) for a, _ in found) + "): add @N to pick one")
+    first, last = found[0]
+    body = lines[first:last + 1]
+    indent = len(body[0]) - len(body[0].lstrip())  # a method's, inside its class
+    return [ln[indent:] if ln[:indent].isspace() else ln for ln in body]
+
+
+def render_code(repo, arg):
+    """A fenced cpp block with one function of a file."""
+    rel, sep, name = arg.partition("#")
+    if not sep or not name:
+        raise BlockError(f"code:begin {arg}: name a function as FILE#NAME")
+    try:
+        text = repo.read(rel)
+    except OSError:
+        raise BlockError(f"code:begin {arg}: no file {rel}")
+    try:
+        lines = find_function(text, name)
+    except BlockError as e:
+        raise BlockError(f"code:begin {arg}: {rel} {e}")
+    return "```cpp\n" + "\n".join(lines) + "\n```\n"
+
+
+# --- the series' ladder ----------------------------------------------------
+
+def render_series(arg):
+    """The series' own numbers per chapter (tools/series.py), quoted."""
+    if arg != "ladder":
+        raise BlockError(f"series:begin {arg}: only `ladder` exists")
+    lines = ["| chapter | the idea | Gbps | M WRITEs/s (the series' \"Mpps\") "
+             "| share of 3200 Gbps |",
+             "|---|---|---:|---:|---:|"]
+    for chapter in series.CHAPTERS:
+        lines.append(f"| {chapter} | {series.idea(chapter)} | {series.series_gbps(chapter):.3f} | "
+                     f"{series.series_mops(chapter):.3f} | "
+                     f"{100 * series.series_share(chapter):.1f}% |")
+    return "\n".join(lines) + "\n"
 
 
 # --- results ---------------------------------------------------------------
@@ -331,6 +460,8 @@ def regenerate(repo, page):
             body = render_diff(repo, arg)
         elif kind == "source":
             body = render_source(repo, arg)
+        elif kind in ("code", "series"):
+            body = render_code(repo, arg) if kind == "code" else render_series(arg)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:
@@ -370,10 +501,15 @@ def main():
     repo = Repo(args.root)
 
     stale = []
+    broken = []
     for page in pages(repo):
         old = page.read_text()
-        new = regenerate(repo, page)
         rel = page.relative_to(repo.root)
+        try:
+            new = regenerate(repo, page)
+        except BlockError as e:
+            broken.append(f"{rel}: {e}")
+            continue
         if new == old:
             continue
         if args.write:
@@ -384,7 +520,7 @@ def main():
             diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{rel} (page)",
                                         f"{rel} (from the code and results)", lineterm="", n=1)
             print("\n".join(list(diff)[:40]))
-    problems = missing_pages(repo)
+    problems = broken + missing_pages(repo)
     for p in problems:
         print(f"docs_diff: {p}")
     if stale:
