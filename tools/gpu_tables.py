@@ -346,8 +346,8 @@ def plot(table, ceilings, path):
         ax.set_ylabel("Gbps")
         ax.set_xlabel("chapter")
     ax = axes[-1]
-    ax.bar([series.number(c) for c in series.ORDER], [series.series_gbps(c) for c in series.ORDER],
-           color="#999999")
+    ax.bar([series.number(c) for c in series.CHAPTERS],  # ours (16+) have no series number
+           [series.series_gbps(c) for c in series.CHAPTERS], color="#999999")
     ax.set_title(f"{series.SERIES_SHORT} (quoted)", fontsize=10)
     ax.set_ylabel("Gbps")
     ax.set_xlabel("chapter")
