@@ -174,6 +174,7 @@ class RandomFillClient {
           ") is gone: it stopped or died during the transfer (" + std::to_string(notices_.load()) +
           " of " + std::to_string(expected) + " NICs had reported)");
     }
+    RemoveFilesOfDeadPeers(nic0_, {server_address_});
     // A server that died or lost us sends nothing more; RDM endpoints give
     // no sign of it, so the deadline is what tells.
     char waited[32];

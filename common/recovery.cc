@@ -1,5 +1,6 @@
 #include "common/recovery.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -188,7 +189,17 @@ bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address) {
 
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers) {
   for (const auto& address : peers) {
-    if (PeerKnownDead(net, address)) shm_unlink(ShmFileName(address).c_str());
+    if (!PeerKnownDead(net, address)) continue;
+    // All of that process's endpoints ("<pid>:<uid>:<index>"), not only
+    // the one we know: a dead server's other NICs are named the same way.
+    std::string file = ShmFileName(address);
+    std::string prefix = file.substr(0, file.find(':', file.find(':') + 1) + 1);
+    if (DIR* dir = opendir("/dev/shm")) {
+      while (dirent* entry = readdir(dir)) {
+        if (std::string(entry->d_name).rfind(prefix, 0) == 0) shm_unlink(entry->d_name);
+      }
+      closedir(dir);
+    }
   }
 }
 

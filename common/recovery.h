@@ -113,8 +113,9 @@ int PeerProcess(const Network& net, const std::vector<uint8_t>& address);
 // True only when `address` is known to belong to a process that is gone
 // (shm); false when alive or unknown (tcp, efa: the deadline tells).
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
-// shm: removes the shared-memory files of peers whose process is gone (a
-// peer killed with SIGKILL leaves them). Other providers keep no files.
+// shm: removes the shared-memory files of every endpoint of the processes
+// of `peers` that are gone (one killed with SIGKILL leaves them). Other
+// providers keep no files.
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers);
 
 // A server restarted in place by its watchdog finds NIC 0's old address in
