@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/errors.h"
@@ -14,6 +15,7 @@
 #include "common/options.h"
 #include "common/progress.h"
 #include "common/random_fill.h"
+#include "common/recovery.h"
 #include "common/result_json.h"
 #include "common/shutdown.h"
 
@@ -45,7 +47,8 @@ class RandomFillClient {
   }
 
   int Run() {
-    std::vector<uint8_t> server_address = FromHex(options_.server);
+    server_address_ = FromHex(options_.server);
+    const std::vector<uint8_t>& server_address = server_address_;
     fi_addr_t server;
     try {
       server = nic0_.AddPeer(server_address);
@@ -124,6 +127,7 @@ class RandomFillClient {
           try {
             MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
             auto next_report = start + kWaitReport;
+            auto next_liveness_check = start;
             while (!stop.load(std::memory_order_relaxed)) {
               for (size_t n = first; n < first + nics_per_thread; ++n) {
                 node_.net(g, n).PollCompletion();
@@ -133,6 +137,14 @@ class RandomFillClient {
                   rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
                   now > deadline) {
                 stop = true;
+              } else if (reports && now >= next_liveness_check) {
+                // Where the provider's addresses name a process (shm), a
+                // server that died is told at once, not by the deadline.
+                next_liveness_check = now + std::chrono::seconds(1);
+                if (PeerKnownDead(nic0_, server_address_)) {
+                  server_gone_ = true;
+                  stop = true;
+                }
               } else if (reports && now >= next_report) {
                 next_report += kWaitReport;
                 std::printf(
@@ -155,6 +167,14 @@ class RandomFillClient {
     if (!error.empty()) throw RuntimeError(error);
     if (notices_ >= expected) return;
     if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
+    if (server_gone_) {
+      RemoveFilesOfDeadPeers(nic0_, {server_address_});
+      throw RuntimeError(
+          "the server (process " + std::to_string(PeerProcess(nic0_, server_address_)) +
+          ") is gone: it stopped or died during the transfer (" + std::to_string(notices_.load()) +
+          " of " + std::to_string(expected) + " NICs had reported)");
+    }
+    RemoveFilesOfDeadPeers(nic0_, {server_address_});
     // A server that died or lost us sends nothing more; RDM endpoints give
     // no sign of it, so the deadline is what tells.
     char waited[32];
@@ -223,10 +243,21 @@ class RandomFillClient {
                      if (!op.ok()) error = op.error_message;
                    });
     auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
+    // Interrupted, we still wait a moment for the send: until it goes out,
+    // shm may have our name queued at the server, and our endpoint must not
+    // vanish before the server read it (common/recovery.h, point 3).
+    constexpr auto kInterruptGrace = std::chrono::seconds(3);
+    std::optional<Clock::time_point> interrupted_at;
     while (!done) {
       PollAll();
-      if (StopRequested()) break;
-      if (Clock::now() > deadline) break;
+      auto now = Clock::now();
+      if (StopRequested() && !interrupted_at) interrupted_at = now;
+      if (interrupted_at && now > *interrupted_at + kInterruptGrace) break;
+      if (now > deadline) break;
+      if (interrupted_at && PeerKnownDead(nic0_, server_address_)) break;
+    }
+    if (done && StopRequested()) {
+      throw RuntimeError(std::string("interrupted after sending ") + what);
     }
     if (!done || !error.empty()) {
       // The send's callback points into this frame: nothing may call it
@@ -318,6 +349,8 @@ class RandomFillClient {
   std::string rejected_;                    // the server's reason, once a REJECT arrived...
   std::atomic<bool> rejected_flag_{false};  // ...published by this flag
   std::atomic<size_t> notices_{0};
+  std::vector<uint8_t> server_address_;
+  bool server_gone_ = false;  // written by the first polling thread, read after join
 };
 
 }  // namespace
@@ -329,6 +362,9 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     if (!ParseClientOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
     Node node(options, kBuffersPerGpu, options.buffer_size);
+    // Take Ctrl-C back from shm (its handler unlinks our files at once; see
+    // common/recovery.h, point 3): our files go when the endpoints close.
+    InstallStopHandlers();
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;

@@ -23,10 +23,8 @@
 // fi_av_remove has left a stale peer behind (so AddPeer checks the peer
 // exists), and a thread can spin forever inside shm on a dead or stopped
 // peer's lock (so ProviderWatchdog, common/shutdown.h, watches the calls).
-// A third needs no code, only peers in other processes, as ours are: shm
-// keeps a closed endpoint's name in a process-wide list (1.17 to 2.6), so a
-// peer in the same process that inserts a reset endpoint's unchanged address
-// maps the old, unmapped region.
+// What the programs do about all this (watch, drain, rebuild, and the shm
+// 1.17 bugs behind it) lives in common/recovery.h.
 #pragma once
 
 #include <rdma/fabric.h>

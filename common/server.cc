@@ -17,6 +17,7 @@
 #include "common/main_guard.h"
 #include "common/options.h"
 #include "common/random_fill.h"
+#include "common/recovery.h"
 #include "common/result_json.h"
 #include "common/shutdown.h"
 
@@ -79,40 +80,6 @@ void WriteJob::UseGpuOnThisThread(size_t gpu) const {
   MakeCudaDeviceCurrent(node_.groups()[gpu].cuda_device);
 }
 
-bool DrainTransmits(Node& node, double seconds) {
-  constexpr double kIdleSeconds = 1.0;
-  for (size_t g = 0; g < node.num_gpus(); ++g) {
-    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).CancelQueuedTransmits();
-  }
-  auto start = Clock::now();
-  auto last_progress = start;
-  for (;;) {
-    size_t in_flight = 0;
-    size_t handled = 0;
-    for (size_t g = 0; g < node.num_gpus(); ++g) {
-      for (size_t n = 0; n < node.nics_per_gpu(); ++n) {
-        Network& net = node.net(g, n);
-        try {
-          handled += net.PollCompletion();
-        } catch (const std::exception&) {
-          // A broken peer can make polling fail; what counts is the drain.
-        }
-        in_flight += net.outstanding_transmits();
-      }
-    }
-    if (in_flight == 0) return true;
-    auto now = Clock::now();
-    if (handled > 0) last_progress = now;
-    if (std::chrono::duration<double>(now - start).count() > seconds ||
-        std::chrono::duration<double>(now - last_progress).count() > kIdleSeconds) {
-      for (size_t g = 0; g < node.num_gpus(); ++g) {
-        for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).DetachTransmits();
-      }
-      return false;
-    }
-  }
-}
-
 namespace {
 
 constexpr size_t kReceiveSlots = 4;
@@ -136,127 +103,6 @@ std::string ClientCommand(const std::string& chapter, const ServerOptions& o, co
       std::to_string(node.num_gpus()) + " --nics-per-gpu " + std::to_string(node.nics_per_gpu());
   if (!o.domain.empty()) command += " --domain " + o.domain;
   return command;
-}
-
-std::string NicName(size_t gpu, size_t nic) {
-  return "GPU " + std::to_string(gpu) + " NIC " + std::to_string(nic);
-}
-
-// Watches a transfer from outside the writer, which only runs its loop: an
-// error completion that names no write (how shm 1.17 reports writes into a
-// process that died) or no completion on any NIC for kStallSeconds means
-// the client is gone. The writer learns it through WriteJob::Interrupted().
-class TransferWatch {
- public:
-  explicit TransferWatch(Node& node) : node_(node) {
-    ForEachNet([this](size_t, size_t, Network& net) {
-      net.OnOrphanError([this](Network& failed, const std::string& error) {
-        Abandon(failed.name() + " reported a failed write without naming it (" + error +
-                "); the client is likely gone");
-      });
-    });
-    thread_ = std::thread([this] { Watch(); });
-  }
-  ~TransferWatch() { Stop(); }
-  TransferWatch(const TransferWatch&) = delete;
-  TransferWatch& operator=(const TransferWatch&) = delete;
-
-  // Ends the watch; call once the writer's threads are gone.
-  void Stop() {
-    if (thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = true;
-      }
-      wake_.notify_all();
-      thread_.join();
-      ForEachNet([](size_t, size_t, Network& net) { net.OnOrphanError(nullptr); });
-    }
-  }
-
-  const std::atomic<bool>* flag() const { return &abandoned_; }
-  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
-  std::string reason() const {
-    std::lock_guard<std::mutex> lock(reason_mutex_);
-    return reason_;
-  }
-
- private:
-  template <typename F>
-  void ForEachNet(F&& f) {
-    for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) f(g, n, node_.net(g, n));
-    }
-  }
-
-  uint64_t Completions() {
-    uint64_t sum = 0;
-    ForEachNet([&sum](size_t, size_t, Network& net) { sum += net.transmit_completions(); });
-    return sum;
-  }
-
-  void Abandon(const std::string& reason) {
-    {
-      std::lock_guard<std::mutex> lock(reason_mutex_);
-      if (!reason_.empty()) return;
-      reason_ = reason;
-    }
-    abandoned_.store(true, std::memory_order_release);
-  }
-
-  void Watch() {
-    uint64_t last = Completions();
-    auto last_change = Clock::now();
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(50));
-      // The provider's asynchronous errors (EFA's internal operations).
-      ForEachNet([this](size_t, size_t, Network& net) {
-        std::string error = net.TakeEventError();
-        if (!error.empty()) Abandon("the provider reported an error: " + error);
-      });
-      uint64_t now_completed = Completions();
-      auto now = Clock::now();
-      if (now_completed != last) {
-        last = now_completed;
-        last_change = now;
-      } else if (std::chrono::duration<double>(now - last_change).count() > kStallSeconds) {
-        char text[128];
-        std::snprintf(text, sizeof(text),
-                      "no NIC completed anything for %.0f s: the client stopped responding or "
-                      "cannot be reached",
-                      kStallSeconds);
-        Abandon(text);
-      }
-    }
-  }
-
-  Node& node_;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::atomic<bool> abandoned_{false};
-  mutable std::mutex reason_mutex_;
-  std::string reason_;
-};
-
-// A server restarted in place by its watchdog finds NIC 0's old address in
-// its environment and takes it back: shm's is the same already (it is made
-// of the process id, which execve keeps), tcp's port has to be asked for.
-void TakeBackAddressAfterRestart(Network& nic0) {
-  const char* hex = std::getenv(kRestartAddressVariable);
-  if (hex == nullptr) return;
-  const char* count = std::getenv(kRestartCountVariable);
-  std::printf("Restarted in place after a provider call got stuck (restart %s of at most %d).\n",
-              count != nullptr ? count : "?", StuckPolicy::kMaxRestarts);
-  try {
-    std::vector<uint8_t> address = FromHex(hex);
-    if (address != nic0.address()) nic0.ReopenAt(address);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
-    nic0.ResetEndpoint(/*keep_address=*/false);
-  }
 }
 
 // Serves RANDOM_FILL requests, one client at a time.
@@ -285,13 +131,7 @@ class RandomFillServer {
 
   int Run() {
     PostReceives();
-    std::string address = ToHex(nic0_.address());
-    std::printf("Server address: %s\n", address.c_str());
-    std::printf("Start a client with:\n  %s\n",
-                ClientCommand(chapter_, options_, node_, address).c_str());
-    if (!options_.address_file.empty()) {
-      std::ofstream(options_.address_file) << address << "\n";
-    }
+    AnnounceAddress();
     std::printf("------\nWaiting for a client (Ctrl-C to stop).\n");
     std::fflush(stdout);
 
@@ -312,6 +152,19 @@ class RandomFillServer {
   }
 
  private:
+  void AnnounceAddress() {
+    std::string address = ToHex(nic0_.address());
+    std::printf("Server address: %s\n", address.c_str());
+    std::printf("Start a client with:\n  %s\n",
+                ClientCommand(chapter_, options_, node_, address).c_str());
+    if (!options_.address_file.empty()) {
+      // Written whole, then renamed: a reader never sees half an address.
+      std::string temporary = options_.address_file + ".new";
+      std::ofstream(temporary) << address << "\n";
+      std::rename(temporary.c_str(), options_.address_file.c_str());
+    }
+  }
+
   void PostReceives() {
     for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
   }
@@ -378,9 +231,9 @@ class RandomFillServer {
       ++dropped_;
       // A failed insert can leave an address vector refusing every later
       // one: make the NICs whole before anything else uses them.
-      std::string notes = RepairNetworks();
+      std::string notes = Recover(/*always=*/false);
       if (reply_to) notes += SendReject(*reply_to, e.what());
-      notes += RepairNetworks();
+      notes += Recover(/*always=*/false);
       std::fprintf(stderr, "server: dropped a message: %s%s\n", e.what(), notes.c_str());
       return std::nullopt;
     }
@@ -434,41 +287,24 @@ class RandomFillServer {
     }
   }
 
-  // Rebuilds the endpoint of every NIC that still has operations the
-  // provider will not give back, or whose address vector refused an insert.
-  // NIC 0 keeps the address clients know, or the server cannot go on.
+  // Gives every endpoint a fresh start (common/recovery.h) after a transfer
+  // was abandoned (`always`), or when a NIC needs it (an address vector that
+  // refused an insert). A new NIC 0 address is announced as at start-up.
   // Returns "" or a note for the caller's one-line report.
-  std::string RepairNetworks() {
-    std::string rebuilt;
-    size_t undrained = 0;
+  std::string Recover(bool always) {
+    bool needed = always;
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
-        Network& net = node_.net(g, n);
-        if (!net.needs_reset()) continue;
-        undrained += net.detached();
-        if (&net == &nic0_) {
-          try {
-            net.ResetEndpoint(/*keep_address=*/true);
-          } catch (const RuntimeError& e) {
-            throw RuntimeError(std::string("cannot recover after a lost client: ") + e.what() +
-                               "; restart the server");
-          }
-          PostReceives();  // the old endpoint took the posted ones with it
-        } else {
-          try {
-            net.ResetEndpoint(/*keep_address=*/true);
-          } catch (const RuntimeError&) {
-            // Only NIC 0's address is known to clients.
-            net.ResetEndpoint(/*keep_address=*/false);
-          }
-        }
-        rebuilt += (rebuilt.empty() ? "" : ", ") + NicName(g, n);
-      }
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) needed |= node_.net(g, n).needs_reset();
     }
-    if (rebuilt.empty()) return "";
-    return "; rebuilt the endpoint of " + rebuilt +
-           (undrained > 0 ? " (" + std::to_string(undrained) + " operation(s) never completed)"
-                          : "");
+    if (!needed) return "";
+    bool address_changed = false;
+    std::string note = RebuildNetworks(node_, &address_changed);
+    PostReceives();  // the old endpoint took the posted ones with it
+    if (address_changed) {
+      note += "; NIC 0 has a new address (this provider cannot keep it)";
+      AnnounceAddress();
+    }
+    return note;
   }
 
   // Best effort: a client that sent a well-formed but unservable request
@@ -577,7 +413,7 @@ class RandomFillServer {
 
     WriteOutcome outcome;
     {
-      TransferWatch watch(node_);
+      TransferWatch watch(node_, kStallSeconds);
       uint64_t total =
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
@@ -609,7 +445,11 @@ class RandomFillServer {
     }
     if (!outcome.ok) DrainTransmits(node_, kDrainSeconds);
     RemovePeers(peers);
-    std::string repaired = RepairNetworks();
+    std::string repaired;
+    if (!outcome.ok) {
+      RemoveFilesOfDeadPeers(nic0_, connect.nic_addresses);
+      repaired = Recover(/*always=*/true);
+    }
 
     if (outcome.ok) {
       ++served_;
@@ -712,6 +552,9 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
     Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
+    // Take Ctrl-C back from shm (its handler unlinks our files at once; see
+    // common/recovery.h, point 3): our files go when the endpoints close.
+    InstallStopHandlers();
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;

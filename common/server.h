@@ -21,6 +21,7 @@
 #include "common/network_group.h"
 #include "common/node.h"
 #include "common/progress.h"
+#include "common/recovery.h"
 #include "common/thread_stats.h"
 
 namespace tutorial {
@@ -111,18 +112,6 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
 
 // The NICs' counters summed (safe while writers run).
 NetworkCounters SumCounters(Node& node);
-
-// How long the server waits for operations in flight once a transfer ends
-// or fails; a drain also gives up after a second without any completion.
-constexpr double kDrainSeconds = 5.0;
-
-// Makes sure no completion can reach a writer that is gone: sends and
-// writes still queued fail with FI_ECANCELED, every NIC is polled until
-// nothing is in flight, and whatever the provider still holds after
-// `seconds` (or a second without progress) is detached, so its callbacks
-// never run. Returns false when something had to be detached; the server
-// then rebuilds those NICs' endpoints before the next client.
-bool DrainTransmits(Node& node, double seconds);
 
 // A chapter's main(): `Writer` is constructed from the WriteJob and its
 // Run() returns the WriteOutcome. The writer stays alive until the NICs have

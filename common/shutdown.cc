@@ -56,8 +56,11 @@ void CloseDescriptorsAbove2() {
 }  // namespace
 
 void InstallStopHandlers() {
-  // Before any endpoint exists: shm installs its own handler when it opens
-  // one (it removes its files, then calls ours).
+  // Called before any endpoint exists, and again once they do: shm installs
+  // its own handler when it opens one (it removes its files at once, then
+  // calls ours), and a peer that reads our name after that crashes
+  // (common/recovery.h, point 3). Ours only asks the loops to stop; the
+  // files go when the endpoints close.
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);

@@ -11,9 +11,12 @@
 // than the receive posted for it in an endless loop, holding its own lock.
 // The ProviderWatchdog notices a provider call that has not returned for a
 // while and, with one line on stderr, either ends the process (exit code 1,
-// shm files removed) or, for a server, restarts it in place: execve keeps
-// the process id, which shm's addresses are made of, and NIC 0 takes back
-// its old address, so clients find the same server again.
+// shm files removed) or, for a server, restarts it in place. What clients
+// then find depends on the provider: shm's first name is made of the
+// process id, which execve keeps, so it comes back by itself; tcp's NIC 0
+// takes back its old port (fi_setname); efa has no fi_setname and its
+// addresses include the QP number, so NIC 0 gets a new address, which the
+// server prints and writes to --address-file (common/recovery.h).
 #pragma once
 
 #include <condition_variable>

@@ -109,7 +109,13 @@ class LiveServer {
     address_hex_.erase(address_hex_.find_last_not_of('\n') + 1);
   }
 
-  const std::string& address_hex() const { return address_hex_; }
+  // Read each time: after an abandoned transfer an shm or efa server comes
+  // back with a new NIC 0 address and rewrites the file (common/recovery.h).
+  std::string address_hex() const {
+    std::string hex = ReadFile(dir_.File("address"));
+    hex.erase(hex.find_last_not_of('\n') + 1);
+    return hex.empty() ? address_hex_ : hex;
+  }
   std::vector<uint8_t> address() const { return FromHex(address_hex_); }
   Process& process() { return *process_; }
   std::string out() const { return ReadFile(dir_.File("server.out")); }

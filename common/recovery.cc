@@ -1,0 +1,222 @@
+#include "common/recovery.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "common/errors.h"
+#include "common/messages.h"
+#include "common/progress.h"
+#include "common/shutdown.h"
+
+namespace tutorial {
+namespace {
+
+template <typename F>
+void ForEachNetOf(Node& node, F&& f) {
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) f(g, n, node.net(g, n));
+  }
+}
+
+std::string NicName(size_t gpu, size_t nic) {
+  return "GPU " + std::to_string(gpu) + " NIC " + std::to_string(nic);
+}
+
+bool IsShm(const Network& net) { return std::string(net.info().fabric_attr->prov_name) == "shm"; }
+
+// "fi_shm://123:0:4" -> "123:0:4" (the file under /dev/shm); "" if no name.
+std::string ShmFileName(const std::vector<uint8_t>& address) {
+  static const std::string kPrefix = "fi_shm://";
+  std::string name(address.begin(), address.end());
+  name = name.c_str();  // up to the NUL
+  if (name.compare(0, kPrefix.size(), kPrefix) == 0) name = name.substr(kPrefix.size());
+  if (name.empty() || name.find('/') != std::string::npos) return "";
+  return name;
+}
+
+}  // namespace
+
+bool DrainTransmits(Node& node, double seconds) {
+  constexpr double kIdleSeconds = 1.0;
+  ForEachNetOf(node, [](size_t, size_t, Network& net) { net.CancelQueuedTransmits(); });
+  auto start = Clock::now();
+  auto last_progress = start;
+  for (;;) {
+    size_t in_flight = 0;
+    size_t handled = 0;
+    ForEachNetOf(node, [&](size_t, size_t, Network& net) {
+      try {
+        handled += net.PollCompletion();
+      } catch (const std::exception&) {
+        // A broken peer can make polling fail; what counts is the drain.
+      }
+      in_flight += net.outstanding_transmits();
+    });
+    if (in_flight == 0) return true;
+    auto now = Clock::now();
+    if (handled > 0) last_progress = now;
+    if (std::chrono::duration<double>(now - start).count() > seconds ||
+        std::chrono::duration<double>(now - last_progress).count() > kIdleSeconds) {
+      ForEachNetOf(node, [](size_t, size_t, Network& net) { net.DetachTransmits(); });
+      return false;
+    }
+  }
+}
+
+TransferWatch::TransferWatch(Node& node, double stall_seconds)
+    : node_(node), stall_seconds_(stall_seconds) {
+  ForEachNet([this](size_t, size_t, Network& net) {
+    net.OnOrphanError([this](Network& failed, const std::string& error) {
+      Abandon(failed.name() + " reported a failed write without naming it (" + error +
+              "); the client is likely gone");
+    });
+  });
+  thread_ = std::thread([this] { Watch(); });
+}
+
+void TransferWatch::Stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  ForEachNet([](size_t, size_t, Network& net) { net.OnOrphanError(nullptr); });
+}
+
+std::string TransferWatch::reason() const {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  return reason_;
+}
+
+template <typename F>
+void TransferWatch::ForEachNet(F&& f) {
+  ForEachNetOf(node_, f);
+}
+
+uint64_t TransferWatch::Completions() {
+  uint64_t sum = 0;
+  ForEachNet([&sum](size_t, size_t, Network& net) { sum += net.transmit_completions(); });
+  return sum;
+}
+
+void TransferWatch::Abandon(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mutex_);
+    if (!reason_.empty()) return;
+    reason_ = reason;
+  }
+  abandoned_.store(true, std::memory_order_release);
+}
+
+void TransferWatch::Watch() {
+  uint64_t last = Completions();
+  auto last_change = Clock::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(50));
+    // The provider's asynchronous errors (EFA's internal operations).
+    ForEachNet([this](size_t, size_t, Network& net) {
+      std::string error = net.TakeEventError();
+      if (!error.empty()) Abandon("the provider reported an error: " + error);
+    });
+    uint64_t now_completed = Completions();
+    auto now = Clock::now();
+    if (now_completed != last) {
+      last = now_completed;
+      last_change = now;
+    } else if (std::chrono::duration<double>(now - last_change).count() > stall_seconds_) {
+      char text[128];
+      std::snprintf(text, sizeof(text),
+                    "no NIC completed anything for %.0f s: the client stopped responding or "
+                    "cannot be reached",
+                    stall_seconds_);
+      Abandon(text);
+    }
+  }
+}
+
+bool KeepsAddressOnRebuild(const std::string& provider) {
+  return provider.find("tcp") != std::string::npos;
+}
+
+std::string RebuildNetworks(Node& node, bool* nic0_address_changed) {
+  *nic0_address_changed = false;
+  size_t undrained = 0;
+  ForEachNetOf(node, [&](size_t g, size_t n, Network& net) {
+    undrained += net.detached();
+    const bool keep = KeepsAddressOnRebuild(net.info().fabric_attr->prov_name);
+    const std::vector<uint8_t> before = net.address();
+    try {
+      net.ResetEndpoint(keep);
+    } catch (const RuntimeError& e) {
+      if (!keep) {
+        throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " +
+                           e.what() + "; restart the server");
+      }
+      // The provider would not take the old address back: a new one.
+      net.ResetEndpoint(/*keep_address=*/false);
+    }
+    if (g == 0 && n == 0 && net.address() != before) *nic0_address_changed = true;
+  });
+  return "; rebuilt every endpoint" +
+         (undrained > 0 ? " (" + std::to_string(undrained) + " operation(s) never completed)"
+                        : std::string());
+}
+
+int PeerProcess(const Network& net, const std::vector<uint8_t>& address) {
+  if (!IsShm(net)) return 0;
+  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
+  std::string file = ShmFileName(address);
+  char* end = nullptr;
+  long pid = std::strtol(file.c_str(), &end, 10);
+  if (end == file.c_str() || *end != ':' || pid <= 0) return 0;
+  return static_cast<int>(pid);
+}
+
+bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address) {
+  int pid = PeerProcess(net, address);
+  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers) {
+  for (const auto& address : peers) {
+    if (!PeerKnownDead(net, address)) continue;
+    // All of that process's endpoints ("<pid>:<uid>:<index>"), not only
+    // the one we know: a dead server's other NICs are named the same way.
+    std::string file = ShmFileName(address);
+    std::string prefix = file.substr(0, file.find(':', file.find(':') + 1) + 1);
+    if (DIR* dir = opendir("/dev/shm")) {
+      while (dirent* entry = readdir(dir)) {
+        if (std::string(entry->d_name).rfind(prefix, 0) == 0) shm_unlink(entry->d_name);
+      }
+      closedir(dir);
+    }
+  }
+}
+
+void TakeBackAddressAfterRestart(Network& nic0) {
+  const char* hex = std::getenv(kRestartAddressVariable);
+  if (hex == nullptr) return;
+  const char* count = std::getenv(kRestartCountVariable);
+  std::printf("Restarted in place after a provider call got stuck (restart %s of at most %d).\n",
+              count != nullptr ? count : "?", StuckPolicy::kMaxRestarts);
+  if (!KeepsAddressOnRebuild(nic0.info().fabric_attr->prov_name)) return;
+  try {
+    std::vector<uint8_t> address = FromHex(hex);
+    if (address != nic0.address()) nic0.ReopenAt(address);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
+    nic0.ResetEndpoint(/*keep_address=*/false);
+  }
+}
+
+}  // namespace tutorial

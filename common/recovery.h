@@ -1,0 +1,126 @@
+// What the programs do when a peer dies: none of it is a chapter's idea,
+// so it lives here, apart from Network and the server's transfer loop.
+//
+// The parts: a TransferWatch notices that a client is gone; DrainTransmits
+// gives back or detaches every operation still in flight, so no completion
+// can reach a writer that is gone; RebuildNetworks gives every endpoint a
+// fresh start; a few provider-specific guards keep libfabric 1.17's shm
+// from crashing on a peer that vanished.
+//
+// What libfabric 1.17's shm leaves behind when a peer dies (measured, and
+// read in the v1.17.0 sources; v1.22 is the same):
+//  1. prov/shm/src/smr_rma.c, smr_generic_rma(): a "fast" (CMA) WRITE that
+//     fails (the peer's memory or process is gone) is reported on the
+//     receive CQ with a NULL context, and the WRITE itself never completes.
+//  2. A dead peer's command queue fills up; every later post to it answers
+//     -FI_EAGAIN for ever.
+//  3. prov/shm/src/smr_progress.c, smr_progress_connreq(): a peer that sent
+//     its name and whose shared-memory file is gone before we read it makes
+//     smr_map_add() succeed with no mapping, and the next line dereferences
+//     it: the process polling that endpoint dies with SIGSEGV. Nothing the
+//     receiver does can avoid it (any fi_cq_read progresses the queue), so
+//     the sender must keep its file until its name was taken: our programs
+//     handle SIGINT/SIGTERM themselves (InstallStopHandlers after the
+//     endpoints exist, so shm's own handler no longer unlinks the files at
+//     the signal) and close an endpoint only once its first message went
+//     out, or the peer is gone. A process killed with SIGKILL keeps its file
+//     (no crash); the survivor removes it (RemoveFilesOfDeadPeers).
+//  4. An endpoint rebuilt under its old name (fi_setname) took no WRITE from
+//     the next client in our measurements: shm keeps closed endpoints' names
+//     in a process-wide list (util_shm.c, ep_name_list) and a client that
+//     mapped the name while it was being replaced talks to the old region.
+//     So RebuildNetworks never reuses an shm name (see KeepsAddressOnRebuild).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/network.h"
+#include "common/node.h"
+
+namespace tutorial {
+
+// How long the server waits for operations in flight once a transfer ends
+// or fails; a drain also gives up after a second without any completion.
+constexpr double kDrainSeconds = 5.0;
+
+// Makes sure no completion can reach a writer that is gone: sends and
+// writes still queued fail with FI_ECANCELED, every NIC is polled until
+// nothing is in flight, and whatever the provider still holds after
+// `seconds` (or a second without progress) is detached, so its callbacks
+// never run. Returns false when something had to be detached.
+bool DrainTransmits(Node& node, double seconds);
+
+// Watches a transfer from outside the writer, which only runs its loop: an
+// error completion that names no write (how shm 1.17 reports writes into a
+// process that died), an error on an endpoint's event queue, or no
+// completion on any NIC for `stall_seconds` means the client is gone. The
+// writer learns it through the flag (WriteJob::Interrupted()).
+class TransferWatch {
+ public:
+  TransferWatch(Node& node, double stall_seconds);
+  ~TransferWatch() { Stop(); }
+  TransferWatch(const TransferWatch&) = delete;
+  TransferWatch& operator=(const TransferWatch&) = delete;
+
+  // Ends the watch; call once the writer's threads are gone.
+  void Stop();
+
+  const std::atomic<bool>* flag() const { return &abandoned_; }
+  bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
+  std::string reason() const;
+
+ private:
+  template <typename F>
+  void ForEachNet(F&& f);
+  uint64_t Completions();
+  void Abandon(const std::string& reason);
+  void Watch();
+
+  Node& node_;
+  double stall_seconds_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::atomic<bool> abandoned_{false};
+  mutable std::mutex reason_mutex_;
+  std::string reason_;
+};
+
+// Whether a rebuilt endpoint may take its old address again. tcp: yes
+// (fi_setname binds the same port). efa: no, it has no fi_setname and its
+// addresses include the QP number. shm: it has fi_setname, but see point 4
+// above: a reused name was measured to lose the next client.
+bool KeepsAddressOnRebuild(const std::string& provider);
+
+// After an abandoned transfer: every endpoint of every group is closed and
+// opened again (registrations stay valid, the domain is kept), whatever the
+// provider still holds, so the next client meets no state of the last one.
+// NIC 0 keeps its address where KeepsAddressOnRebuild() says so; else it
+// gets a new one, and `*nic0_address_changed` is set: the caller tells the
+// world. Returns a note for the one-line report ("; rebuilt ...").
+std::string RebuildNetworks(Node& node, bool* nic0_address_changed);
+
+// The process that owns `address`, when the provider's addresses say
+// (shm names are "fi_shm://<pid>:<uid>:<index>"); 0 when they do not.
+int PeerProcess(const Network& net, const std::vector<uint8_t>& address);
+// True only when `address` is known to belong to a process that is gone
+// (shm); false when alive or unknown (tcp, efa: the deadline tells).
+bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
+// shm: removes the shared-memory files of every endpoint of the processes
+// of `peers` that are gone (one killed with SIGKILL leaves them). Other
+// providers keep no files.
+void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers);
+
+// A server restarted in place by its watchdog finds NIC 0's old address in
+// its environment and takes it back where the provider allows (tcp); shm's
+// name is made of the process id, which execve keeps.
+void TakeBackAddressAfterRestart(Network& nic0);
+
+}  // namespace tutorial
