@@ -158,9 +158,13 @@ def libfabric_build():
     return m.group(1) if m else ""
 
 
-def code_version():
+def code_version(bin_dir=None):
     """The commit the chapters were built from, and whether the code that
-    goes into them had uncommitted changes."""
+    goes into them had uncommitted changes. Binaries built elsewhere and
+    carried over (--bin-dir) name theirs in a COMMIT file beside them."""
+    if bin_dir is not None and (pathlib.Path(bin_dir) / "COMMIT").exists():
+        commit = (pathlib.Path(bin_dir) / "COMMIT").read_text().strip()
+        return f"{commit} (binaries built there, carried in --bin-dir)"
     commit = _output(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     if not commit:
         return "unknown (not a git checkout)"
@@ -736,7 +740,7 @@ def main():
           f"results go to {shown(out_dir)}",
           flush=True)
 
-    code = code_version()  # before the build: what the binaries are built from
+    code = code_version(args.bin_dir)  # before the build: what the binaries are built from
     with tempfile.TemporaryDirectory(prefix="compare-bin-") as staged:
         if not args.bin_dir:
             if not args.no_build:
