@@ -397,7 +397,9 @@ def render_results_chapter(repo, chapter, prefix):
                      f"{'' if mops is None else f'{mops:.2f}'} | | "
                      f"{_change(_series_change(chapter))} |")
     if len(lines) == 2:
-        return "No results recorded yet.\n"
+        simulated = render_simulated(repo, chapter, prefix)
+        return ("No measured results recorded yet.\n" + simulated if simulated
+                else "No results recorded yet.\n")
     readme = "../results/README.md" if prefix else "README.md"
     more = recorded - len(chosen)
     text = "\n".join(lines) + "\n"
