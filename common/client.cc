@@ -44,6 +44,8 @@ class RandomFillClient {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
     }
+    // However the client ends: a server killed with SIGKILL left its files.
+    if (!server_address_.empty()) RemoveFilesOfDeadPeers(nic0_, {server_address_});
   }
 
   int Run() {
@@ -373,7 +375,17 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
     }
-    ProviderWatchdog watchdog(program, nets, kStuckSeconds);
+    StuckPolicy policy;
+    // A client stuck on a lock of a server that died (shm) removes the dead
+    // server's files on its way out, as it does when it ends normally.
+    policy.before_exit = [&node, &options] {
+      try {
+        RemoveFilesOfDeadPeers(node.net(0, 0), {FromHex(options.server)});
+      } catch (const std::exception&) {
+        // A malformed --server: nothing to remove.
+      }
+    };
+    ProviderWatchdog watchdog(program, nets, kStuckSeconds, policy);
     RandomFillClient client(options, chapter, node);
     return client.Run();
   });

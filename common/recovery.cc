@@ -148,24 +148,18 @@ bool KeepsAddressOnRebuild(const std::string& provider) {
   return provider.find("tcp") != std::string::npos;
 }
 
-std::string RebuildNetworks(Node& node, bool* nic0_address_changed) {
-  *nic0_address_changed = false;
+std::string RebuildNetworks(Node& node) {
   size_t undrained = 0;
   ForEachNetOf(node, [&](size_t g, size_t n, Network& net) {
     undrained += net.detached();
-    const bool keep = KeepsAddressOnRebuild(net.info().fabric_attr->prov_name);
-    const std::vector<uint8_t> before = net.address();
+    // A new address: no client needs a data endpoint's (they know the
+    // server's front door), and no provider has to take an old one back.
     try {
-      net.ResetEndpoint(keep);
-    } catch (const RuntimeError& e) {
-      if (!keep) {
-        throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " +
-                           e.what() + "; restart the server");
-      }
-      // The provider would not take the old address back: a new one.
       net.ResetEndpoint(/*keep_address=*/false);
+    } catch (const RuntimeError& e) {
+      throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
+                         "; restart the server");
     }
-    if (g == 0 && n == 0 && net.address() != before) *nic0_address_changed = true;
   });
   return "; rebuilt every endpoint" +
          (undrained > 0 ? " (" + std::to_string(undrained) + " operation(s) never completed)"
@@ -203,19 +197,19 @@ void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<ui
   }
 }
 
-void TakeBackAddressAfterRestart(Network& nic0) {
+void TakeBackAddressAfterRestart(Network& front_door) {
   const char* hex = std::getenv(kRestartAddressVariable);
   if (hex == nullptr) return;
   const char* count = std::getenv(kRestartCountVariable);
   std::printf("Restarted in place after a provider call got stuck (restart %s of at most %d).\n",
               count != nullptr ? count : "?", StuckPolicy::kMaxRestarts);
-  if (!KeepsAddressOnRebuild(nic0.info().fabric_attr->prov_name)) return;
+  if (!KeepsAddressOnRebuild(front_door.info().fabric_attr->prov_name)) return;
   try {
     std::vector<uint8_t> address = FromHex(hex);
-    if (address != nic0.address()) nic0.ReopenAt(address);
+    if (address != front_door.address()) front_door.ReopenAt(address);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
-    nic0.ResetEndpoint(/*keep_address=*/false);
+    front_door.ResetEndpoint(/*keep_address=*/false);
   }
 }
 

@@ -29,7 +29,11 @@
 //     the next client in our measurements: shm keeps closed endpoints' names
 //     in a process-wide list (util_shm.c, ep_name_list) and a client that
 //     mapped the name while it was being replaced talks to the old region.
-//     So RebuildNetworks never reuses an shm name (see KeepsAddressOnRebuild).
+//     So RebuildNetworks never reuses a name: every rebuilt endpoint gets a
+//     new address, on every provider (EFA has no fi_setname at all). The
+//     address clients know is the server's front door (common/server.cc):
+//     an endpoint of its own for the protocol's messages, which never
+//     writes to a client and is not rebuilt after a lost one.
 #pragma once
 
 #include <atomic>
@@ -93,19 +97,19 @@ class TransferWatch {
   std::string reason_;
 };
 
-// Whether a rebuilt endpoint may take its old address again. tcp: yes
+// Whether an endpoint reopened in place may take its old address again
+// (the front door of a server restarted by its watchdog). tcp: yes
 // (fi_setname binds the same port). efa: no, it has no fi_setname and its
 // addresses include the QP number. shm: it has fi_setname, but see point 4
 // above: a reused name was measured to lose the next client.
 bool KeepsAddressOnRebuild(const std::string& provider);
 
 // After an abandoned transfer: every endpoint of every group is closed and
-// opened again (registrations stay valid, the domain is kept), whatever the
-// provider still holds, so the next client meets no state of the last one.
-// NIC 0 keeps its address where KeepsAddressOnRebuild() says so; else it
-// gets a new one, and `*nic0_address_changed` is set: the caller tells the
-// world. Returns a note for the one-line report ("; rebuilt ...").
-std::string RebuildNetworks(Node& node, bool* nic0_address_changed);
+// opened again with a new address (registrations stay valid, the domain is
+// kept), whatever the provider still holds, so the next client meets no
+// state of the last one. The server's front door is not among them.
+// Returns a note for the one-line report ("; rebuilt ...").
+std::string RebuildNetworks(Node& node);
 
 // The process that owns `address`, when the provider's addresses say
 // (shm names are "fi_shm://<pid>:<uid>:<index>"); 0 when they do not.
@@ -118,9 +122,9 @@ bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
 // providers keep no files.
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers);
 
-// A server restarted in place by its watchdog finds NIC 0's old address in
-// its environment and takes it back where the provider allows (tcp); shm's
-// name is made of the process id, which execve keeps.
-void TakeBackAddressAfterRestart(Network& nic0);
+// A server restarted in place by its watchdog finds its front door's old
+// address in its environment and takes it back where the provider allows
+// (tcp); shm's name is made of the process id, which execve keeps.
+void TakeBackAddressAfterRestart(Network& front_door);
 
 }  // namespace tutorial

@@ -106,24 +106,34 @@ std::string ClientCommand(const std::string& chapter, const ServerOptions& o, co
 }
 
 // Serves RANDOM_FILL requests, one client at a time.
+//
+// The protocol's messages (CONNECT, RANDOM_FILL, REJECT) go through the
+// server's front door: one more endpoint on NIC 0's domain, whose address
+// is the one the server prints. The series receives them on NIC 0 itself;
+// a separate endpoint never writes to a client, so a client that dies
+// cannot leave anything on it, and it outlives the rebuilds that give the
+// data NICs a fresh start (common/recovery.h): the next client finds the
+// server at the same address, on EFA too, which cannot reopen an endpoint
+// at its old address.
 class RandomFillServer {
  public:
   RandomFillServer(const ServerOptions& options, const std::string& chapter, Node& node,
-                   const WriterFn& run_writer)
+                   Network& front_door, const WriterFn& run_writer)
       : options_(options),
         chapter_(chapter),
         node_(node),
         run_writer_(run_writer),
-        nic0_(node.net(0, 0)),
+        front_door_(front_door),
         receive_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize)),
-        receive_region_(nic0_.Register(receive_buffer_)),
+        receive_region_(front_door_.Register(receive_buffer_)),
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
-        reply_region_(nic0_.Register(reply_buffer_)) {}
+        reply_region_(front_door_.Register(reply_buffer_)) {}
 
   // The server is the node's last user: its endpoints close before any
   // registration or buffer (ours here, the node's after us) goes away, so
   // nothing can arrive in freed memory.
   ~RandomFillServer() {
+    front_door_.CloseEndpoint();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
     }
@@ -136,7 +146,7 @@ class RandomFillServer {
     std::fflush(stdout);
 
     while (!StopRequested()) {
-      nic0_.PollCompletion();
+      front_door_.PollCompletion();
       while (!mailbox_.empty() && !StopRequested()) {
         std::vector<uint8_t> message = std::move(mailbox_.front());
         mailbox_.pop_front();
@@ -153,7 +163,7 @@ class RandomFillServer {
 
  private:
   void AnnounceAddress() {
-    std::string address = ToHex(nic0_.address());
+    std::string address = ToHex(front_door_.address());
     std::printf("Server address: %s\n", address.c_str());
     std::printf("Start a client with:\n  %s\n",
                 ClientCommand(chapter_, options_, node_, address).c_str());
@@ -171,24 +181,24 @@ class RandomFillServer {
 
   void PostReceive(size_t slot) {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
-    nic0_.PostRecv(buf, kMaxMessageSize, receive_region_.desc(),
-                   [this, slot, buf](Network&, RdmaOp& op) {
-                     if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
-                       mailbox_.emplace_back(buf, buf + op.received);
-                     } else if (op.ok()) {
-                       ++dropped_;
-                       std::fprintf(stderr,
-                                    "server: dropped a message (%zu bytes): %zu messages are "
-                                    "already waiting\n",
-                                    op.received, mailbox_.size());
-                     } else if (op.error != FI_ECANCELED) {
-                       // Longer than a receive buffer (FI_ETRUNC) or broken.
-                       ++dropped_;
-                       std::fprintf(stderr, "server: dropped a message (%zu bytes): %s\n",
-                                    op.received, op.error_message.c_str());
-                     }
-                     if (!StopRequested()) PostReceive(slot);
-                   });
+    front_door_.PostRecv(buf, kMaxMessageSize, receive_region_.desc(),
+                         [this, slot, buf](Network&, RdmaOp& op) {
+                           if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
+                             mailbox_.emplace_back(buf, buf + op.received);
+                           } else if (op.ok()) {
+                             ++dropped_;
+                             std::fprintf(stderr,
+                                          "server: dropped a message (%zu bytes): %zu messages are "
+                                          "already waiting\n",
+                                          op.received, mailbox_.size());
+                           } else if (op.error != FI_ECANCELED) {
+                             // Longer than a receive buffer (FI_ETRUNC) or broken.
+                             ++dropped_;
+                             std::fprintf(stderr, "server: dropped a message (%zu bytes): %s\n",
+                                          op.received, op.error_message.c_str());
+                           }
+                           if (!StopRequested()) PostReceive(slot);
+                         });
   }
 
   // Returns the transfer's outcome when the message started one. Anything
@@ -240,6 +250,7 @@ class RandomFillServer {
   }
 
   bool IsOwnAddress(const std::vector<uint8_t>& address) {
+    if (front_door_.address() == address) return true;
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         if (node_.net(g, n).address() == address) return true;
@@ -287,23 +298,33 @@ class RandomFillServer {
     }
   }
 
-  // Gives every endpoint a fresh start (common/recovery.h) after a transfer
-  // was abandoned (`always`), or when a NIC needs it (an address vector that
-  // refused an insert). A new NIC 0 address is announced as at start-up.
+  // Gives every data endpoint a fresh start (common/recovery.h) after a
+  // transfer was abandoned (`always`), or when a NIC needs it (an address
+  // vector that refused an insert). The front door is rebuilt only when it
+  // needs it itself (a REJECT's insert refused): then, where the provider
+  // cannot keep the address, the new one is announced as at start-up.
   // Returns "" or a note for the caller's one-line report.
   std::string Recover(bool always) {
+    std::string note;
+    if (front_door_.needs_reset()) {
+      const std::vector<uint8_t> before = front_door_.address();
+      try {
+        front_door_.ResetEndpoint(KeepsAddressOnRebuild(node_.fabric().provider));
+      } catch (const RuntimeError&) {
+        front_door_.ResetEndpoint(/*keep_address=*/false);
+      }
+      PostReceives();  // the old endpoint took the posted ones with it
+      note = "; rebuilt the front door";
+      if (front_door_.address() != before) {
+        note += " (it has a new address)";
+        AnnounceAddress();
+      }
+    }
     bool needed = always;
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) needed |= node_.net(g, n).needs_reset();
     }
-    if (!needed) return "";
-    bool address_changed = false;
-    std::string note = RebuildNetworks(node_, &address_changed);
-    PostReceives();  // the old endpoint took the posted ones with it
-    if (address_changed) {
-      note += "; NIC 0 has a new address (this provider cannot keep it)";
-      AnnounceAddress();
-    }
+    if (needed) note += RebuildNetworks(node_);
     return note;
   }
 
@@ -316,25 +337,25 @@ class RandomFillServer {
     std::vector<uint8_t> message = Encode(RejectMessage{reason});
     fi_addr_t peer;
     try {
-      peer = nic0_.AddPeer(address);
+      peer = front_door_.AddPeer(address);
     } catch (const RuntimeError& e) {
       return std::string("; no REJECT sent: ") + e.what();
     }
     reply_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
-    nic0_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
-                   [&done](Network&, RdmaOp&) { done = true; });
+    front_door_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
+                         [&done](Network&, RdmaOp&) { done = true; });
     auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
-    while (!done && Clock::now() < deadline && !StopRequested()) nic0_.PollCompletion();
+    while (!done && Clock::now() < deadline && !StopRequested()) front_door_.PollCompletion();
     std::string note;
     if (!done) {
       // `done` lives on this stack: nothing may call back once we return.
-      nic0_.CancelQueuedTransmits();
-      nic0_.PollCompletion();
-      if (!done) nic0_.DetachTransmits();
+      front_door_.CancelQueuedTransmits();
+      front_door_.PollCompletion();
+      if (!done) front_door_.DetachTransmits();
       note = "; the REJECT was not taken within 2 s";
     }
-    nic0_.RemovePeer(peer);
+    front_door_.RemovePeer(peer);
     return note;
   }
 
@@ -447,7 +468,7 @@ class RandomFillServer {
     RemovePeers(peers);
     std::string repaired;
     if (!outcome.ok) {
-      RemoveFilesOfDeadPeers(nic0_, connect.nic_addresses);
+      RemoveFilesOfDeadPeers(front_door_, connect.nic_addresses);
       repaired = Recover(/*always=*/true);
     }
 
@@ -530,7 +551,7 @@ class RandomFillServer {
   const std::string& chapter_;
   Node& node_;
   const WriterFn& run_writer_;
-  Network& nic0_;
+  Network& front_door_;
   Buffer receive_buffer_;
   MemoryRegion receive_region_;
   Buffer reply_buffer_;
@@ -559,19 +580,22 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     std::cout.flush();
     if (options.print_topology) return 0;
     TicksPerNanosecond();  // calibrated once, before anything is timed
-    TakeBackAddressAfterRestart(node.net(0, 0));
+    // The front door: the address clients know (see RandomFillServer).
+    Network front_door(node.net(0, 0).info());
+    TakeBackAddressAfterRestart(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
-    // A server restarts in place (clients keep its address); with --once it
-    // ends, as its one transfer has failed.
-    std::vector<Network*> nets;
+    // A server restarts in place (clients keep its address where the
+    // provider allows, common/shutdown.h); with --once it ends, as its one
+    // transfer has failed.
+    std::vector<Network*> nets = {&front_door};
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
     }
     StuckPolicy policy;
     if (!options.once) policy.restart_argv.assign(argv, argv + argc);
-    policy.address_hex = ToHex(node.net(0, 0).address());
+    policy.address_hex = ToHex(front_door.address());
     ProviderWatchdog watchdog(program, nets, kStuckSeconds, policy);
-    RandomFillServer server(options, chapter, node, run_writer);
+    RandomFillServer server(options, chapter, node, front_door, run_writer);
     return server.Run();
   });
 }

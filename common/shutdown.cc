@@ -135,6 +135,7 @@ void ProviderWatchdog::EndStuck(size_t index) {
   if (!restart) {
     WriteLine(STDERR_FILENO, program_ + ": error: " + what + "; exiting\n");
     for (Network* net : networks_) UnlinkProviderFiles(*net);
+    if (policy_.before_exit) policy_.before_exit();
     _exit(1);
   }
   WriteLine(STDERR_FILENO, program_ + ": error: " + what +

@@ -12,14 +12,18 @@
 // The ProviderWatchdog notices a provider call that has not returned for a
 // while and, with one line on stderr, either ends the process (exit code 1,
 // shm files removed) or, for a server, restarts it in place. What clients
-// then find depends on the provider: shm's first name is made of the
-// process id, which execve keeps, so it comes back by itself; tcp's NIC 0
-// takes back its old port (fi_setname); efa has no fi_setname and its
-// addresses include the QP number, so NIC 0 gets a new address, which the
-// server prints and writes to --address-file (common/recovery.h).
+// then find depends on the provider: the server's front door (the address
+// clients know, common/server.cc) is named on shm after the process id,
+// which execve keeps, so it comes back by itself; on tcp it takes back its
+// old port (fi_setname); efa has no fi_setname and its addresses include
+// the QP number, so the front door gets a new address, which the server
+// prints and writes to --address-file (common/recovery.h). A lost client,
+// the common case, changes no address on any provider: only the data
+// endpoints are rebuilt.
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,6 +46,10 @@ constexpr char kRestartCountVariable[] = "TUTORIAL_SERVER_RESTARTS";
 struct StuckPolicy {
   std::vector<std::string> restart_argv;  // empty: exit
   std::string address_hex;
+  // Runs (on the watchdog's thread) right before the process exits: e.g. a
+  // client removes the files of a server that died holding the lock it is
+  // stuck on (common/recovery.h).
+  std::function<void()> before_exit;
   static constexpr int kMaxRestarts = 5;
 };
 
