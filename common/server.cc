@@ -298,6 +298,23 @@ class RandomFillServer {
     }
   }
 
+  // Removes the shm files of the clients served so far whose processes are
+  // gone (a SIGKILL leaves them; common/recovery.h), and remembers
+  // `current` for later sweeps. Other providers keep no files.
+  void SweepPastClients(const ConnectMessage& current) {
+    constexpr size_t kRemembered = 64;
+    std::deque<std::vector<std::vector<uint8_t>>> alive;
+    for (auto& addresses : past_clients_) {
+      RemoveFilesOfDeadPeers(front_door_, addresses);
+      if (!PeerKnownDead(front_door_, addresses[0])) alive.push_back(std::move(addresses));
+    }
+    past_clients_.swap(alive);
+    if (past_clients_.empty() || past_clients_.back() != current.nic_addresses) {
+      past_clients_.push_back(current.nic_addresses);
+    }
+    if (past_clients_.size() > kRemembered) past_clients_.pop_front();
+  }
+
   // Gives every data endpoint a fresh start (common/recovery.h) after a
   // transfer was abandoned (`always`), or when a NIC needs it (an address
   // vector that refused an insert). The front door is rebuilt only when it
@@ -430,6 +447,9 @@ class RandomFillServer {
                 static_cast<unsigned long long>(request.page_size),
                 static_cast<unsigned long long>(request.seed),
                 static_cast<unsigned long long>(options_.repeat));
+    // A client killed after its transfer ended (while it verified) leaves
+    // its shm files; they go at the next client's start, or at the end.
+    SweepPastClients(connect);
     FillBuffers(request);
 
     WriteOutcome outcome;
@@ -467,10 +487,8 @@ class RandomFillServer {
     if (!outcome.ok) DrainTransmits(node_, kDrainSeconds);
     RemovePeers(peers);
     std::string repaired;
-    if (!outcome.ok) {
-      RemoveFilesOfDeadPeers(front_door_, connect.nic_addresses);
-      repaired = Recover(/*always=*/true);
-    }
+    if (!outcome.ok) repaired = Recover(/*always=*/true);
+    SweepPastClients(connect);
 
     if (outcome.ok) {
       ++served_;
@@ -561,6 +579,7 @@ class RandomFillServer {
   size_t served_ = 0;
   size_t failed_ = 0;
   size_t dropped_ = 0;
+  std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses
 };
 
 }  // namespace
