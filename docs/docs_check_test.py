@@ -82,7 +82,8 @@ class DocsCheckTest(unittest.TestCase):
     def test_chapter_pages_show_the_rows_that_teach_and_link_the_rest(self):
         text = (source_root() / "docs" / "12_pin.md").read_text()
         block = text.split("<!-- results:begin 12_pin -->")[1].split("<!-- results:end -->")[0]
-        rows = [line for line in block.splitlines() if line.startswith("| ")][1:]
+        measured = block.split("Simulated, not measured")[0]  # the simulated table is apart
+        rows = [line for line in measured.splitlines() if line.startswith("| ")][1:]
         self.assertLessEqual(len(rows), 5, block)
         self.assertIn("the local default", block)
         self.assertIn("GPU memory, one GPU per side", block)

@@ -28,6 +28,9 @@ hand:
                                      beside the series', a link to the rest,
                                      and the simulated NIC's in a table of
                                      their own
+  <!-- counters:begin 14_batch -->    the chapter's counters beside the
+  <!-- counters:end -->              previous chapter's, from every recording
+                                     that has them (simulated ones labelled)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
 
@@ -50,7 +53,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import series  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -383,6 +386,48 @@ def render_simulated(repo, chapter, prefix):
     return "\n".join(lines) + "\n"
 
 
+COUNTER_COLUMNS = [  # compare.py's results.csv columns, as the pages name them
+    ("post_calls_per_write", "post calls / WRITE", 3),
+    ("doorbells_per_write", "doorbells / WRITE", 3),
+    ("cq_reads_per_write", "CQ reads / WRITE", 3),
+    ("eagain_per_write", "EAGAIN / WRITE", 4),
+    ("op_allocations_per_write", "allocations / WRITE", 4),
+    ("ns_per_write_provider", "CPU ns / WRITE in provider", 1),
+    ("ns_per_write_app", "CPU ns / WRITE in app", 1),
+    ("migrations", "migrations", 0),
+    ("involuntary_switches", "involuntary switches", 0),
+]
+
+
+def render_counters(repo, chapter, prefix):
+    """The chapter's counters beside the previous chapter's, from every
+    recording that has them; a simulated one says so in every row."""
+    prev = repo.previous(chapter)
+    shown = [c for c in (prev, chapter) if c]
+    lines = []
+    for rec in repo.result_sets():
+        rows = [rec["rows"].get(c) for c in shown]
+        if any(r is None or _f(r, "cq_reads_per_write") is None for r in rows):
+            continue
+        sim = rec["simulated"]
+        if not lines:
+            lines = ["| chapter | recorded in | " + " | ".join(name for _, name, _ in
+                                                          COUNTER_COLUMNS) + " |",
+                     "|---|---|" + "---:|" * len(COUNTER_COLUMNS)]
+        for c, r in zip(shown, rows):
+            cells = []
+            for key, _, digits in COUNTER_COLUMNS:
+                v = _f(r, key)
+                cells.append("" if v is None else f"{v:.{digits}f}")
+            where = _link(prefix, rec["folder"]) + (" (SIMULATED, simnic)" if sim else "")
+            lines.append(f"| {c} | {where} | " + " | ".join(cells) + " |")
+    if not lines:
+        return ("_Not measured yet: no recorded run has the counters (see "
+                f"[results/README.md]({'../results/' if prefix else ''}README.md))._\n")
+    return ("Medians over the runs, per WRITE of the writer's whole run (docs/README.md, "
+            "\"Counters\"):\n\n" + "\n".join(lines) + "\n")
+
+
 def render_results_chapter(repo, chapter, prefix):
     lines = ["| what it shows | recorded on | provider, memory | GPUs x NICs, page "
              "| Gbps (median) | Mops/s (median) | runs | vs previous chapter |",
@@ -464,6 +509,8 @@ def regenerate(repo, page):
             body = render_source(repo, arg)
         elif kind in ("code", "series"):
             body = render_code(repo, arg) if kind == "code" else render_series(arg)
+        elif kind == "counters":
+            body = render_counters(repo, arg, prefix)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:
