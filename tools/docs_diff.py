@@ -401,31 +401,35 @@ COUNTER_COLUMNS = [  # compare.py's results.csv columns, as the pages name them
 
 def render_counters(repo, chapter, prefix):
     """The chapter's counters beside the previous chapter's, from every
-    recording that has them; a simulated one says so in every row."""
+    recording that has them: measured ones in one table, simulated ones in a
+    table of their own, labelled (they never share a column)."""
     prev = repo.previous(chapter)
     shown = [c for c in (prev, chapter) if c]
-    lines = []
+    header = ["| chapter | recorded in | " + " | ".join(name for _, name, _ in COUNTER_COLUMNS)
+              + " |", "|---|---|" + "---:|" * len(COUNTER_COLUMNS)]
+    tables = {False: [], True: []}
     for rec in repo.result_sets():
         rows = [rec["rows"].get(c) for c in shown]
         if any(r is None or _f(r, "cq_reads_per_write") is None for r in rows):
             continue
-        sim = rec["simulated"]
-        if not lines:
-            lines = ["| chapter | recorded in | " + " | ".join(name for _, name, _ in
-                                                          COUNTER_COLUMNS) + " |",
-                     "|---|---|" + "---:|" * len(COUNTER_COLUMNS)]
         for c, r in zip(shown, rows):
             cells = []
             for key, _, digits in COUNTER_COLUMNS:
                 v = _f(r, key)
                 cells.append("" if v is None else f"{v:.{digits}f}")
-            where = _link(prefix, rec["folder"]) + (" (SIMULATED, simnic)" if sim else "")
-            lines.append(f"| {c} | {where} | " + " | ".join(cells) + " |")
-    if not lines:
-        return ("_Not measured yet: no recorded run has the counters (see "
-                f"[results/README.md]({'../results/' if prefix else ''}README.md))._\n")
-    return ("Medians over the runs, per WRITE of the writer's whole run (docs/README.md, "
-            "\"Counters\"):\n\n" + "\n".join(lines) + "\n")
+            tables[rec["simulated"]].append(f"| {c} | {_link(prefix, rec['folder'])} | "
+                                            + " | ".join(cells) + " |")
+    readme = "../results/README.md" if prefix else "README.md"
+    out = ["Medians over the runs, per WRITE of the writer's whole run (docs/README.md, "
+           "\"Counters\"):", ""]
+    if tables[False]:
+        out += header + tables[False]
+    else:
+        out.append(f"_No measured run with the counters is recorded yet (see [results]({readme}))._")
+    if tables[True]:
+        out += ["", "Simulated, not measured on a NIC (`simnic`): counters of the simulated "
+                "ladder, apart from the measured ones.", ""] + header + tables[True]
+    return "\n".join(out) + "\n"
 
 
 def render_results_chapter(repo, chapter, prefix):
