@@ -71,6 +71,34 @@ class DocsCheckTest(unittest.TestCase):
             self.assertEqual(result.returncode, 1, result.stdout)
             self.assertIn("docs/14_batch.md: missing", result.stdout)
 
+    def test_check_catches_a_missing_or_stale_transcript(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            transcript = copy / "docs" / "output" / "14_batch.txt"
+            transcript.write_text(transcript.read_text().replace("every byte correct",
+                                                                 "every byte wrong"))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/14_batch.md", result.stdout.split("stale page(s):")[-1])
+            transcript.unlink()
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/14_batch.md: output:begin 14_batch: no docs/output/14_batch.txt",
+                          result.stdout)
+
+    def test_every_chapter_page_shows_what_you_should_see(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "docs" / "13_shard.md"
+            text = page.read_text()
+            start = text.index("<!-- output:begin 13_shard -->")
+            end = text.index("<!-- output:end -->", start) + len("<!-- output:end -->")
+            page.write_text(text[:start] + text[end:])
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/13_shard.md: has no <!-- output:begin 13_shard --> block",
+                          result.stdout)
+
     def copy(self, tmp):
         return copy_tree(tmp)
 

@@ -33,6 +33,12 @@ hand:
                                      that has them (simulated ones labelled)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
+  <!-- output:begin 14_batch -->     what a short run of the chapter prints
+  <!-- output:end -->                ("What you should see"): the transcript
+                                     docs/output/14_batch.txt, which
+                                     tools/capture_output.py makes by running
+                                     the chapter and //docs:output_check_test
+                                     checks against the binaries
 
   python3 tools/docs_diff.py --write   # update the pages
   python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
@@ -53,7 +59,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import series  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -289,6 +295,19 @@ def render_code(repo, arg):
     return "```cpp\n" + "\n".join(lines) + "\n```\n"
 
 
+# --- what a short run prints ------------------------------------------------
+
+def render_output(repo, chapter):
+    """docs/output/<chapter>.txt (tools/capture_output.py), as a text block."""
+    rel = f"docs/output/{chapter}.txt"
+    try:
+        text = repo.read(rel)
+    except OSError:
+        raise BlockError(f"output:begin {chapter}: no {rel} (bazel build //chapters/... && "
+                         f"python3 tools/capture_output.py --chapters {chapter})")
+    return "```text\n" + text.rstrip("\n") + "\n```\n"
+
+
 # --- the series' ladder ----------------------------------------------------
 
 def render_series(arg):
@@ -511,6 +530,8 @@ def regenerate(repo, page):
             body = render_diff(repo, arg)
         elif kind == "source":
             body = render_source(repo, arg)
+        elif kind == "output":
+            body = render_output(repo, arg)
         elif kind in ("code", "series"):
             body = render_code(repo, arg) if kind == "code" else render_series(arg)
         elif kind == "counters":
@@ -538,6 +559,9 @@ def missing_pages(repo):
                 else f"<!-- source:begin chapters/{chapter}/server.cc -->")
         if want not in text:
             problems.append(f"docs/{chapter}.md: has no {want} block")
+        if f"<!-- output:begin {chapter} -->" not in text:
+            problems.append(f"docs/{chapter}.md: has no <!-- output:begin {chapter} --> block "
+                            "(What you should see)")
     return problems
 
 
