@@ -57,13 +57,35 @@ class FiguresCheckTest(unittest.TestCase):
         docs = source_root() / "docs"
         linked = "".join((docs / page).read_text() for page in
                          ("00_concepts.md", "README.md", "running-on-p5.md"))
-        for name in ("p5_layout.svg", "data_flow.svg", "timeline.svg"):
+        for name in ("p5_layout.svg", "data_flow.svg", "timeline.svg", "cpu_per_write.svg"):
             self.assertIn(f"figures/{name}", linked)
 
     def test_pending_figures_are_listed(self):
         result = make_figures("--pending")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("cpu_per_write.svg: ", result.stdout)
+        self.assertIn("none is pending", result.stdout)
+
+    def test_the_cpu_picture_comes_from_the_recorded_counters_and_says_simulated(self):
+        text = (source_root() / "docs" / "figures" / "cpu_per_write.svg").read_text()
+        self.assertIn("SIMULATED: what a writer thread", text)
+        self.assertIn("(simulated)", text)
+        # 18_more's doorbells per WRITE and 14_batch's CQ reads, from the
+        # recorded folder's results.csv.
+        self.assertIn("doorbells 1.00 -&gt; 0.25", text)
+        self.assertIn("CQ reads 5.54 -&gt; 0.79", text)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            for part in ("docs/figures", "results", "common", "chapters", "tests/fixtures"):
+                shutil.copytree(source_root() / part, root / part,
+                                ignore=shutil.ignore_patterns("*.png", "*.json", "*.jsonl"))
+            csv = root / "results" / "h200x2-32core-simnic-host-8x4-page256" / "results.csv"
+            csv.write_text(csv.read_text().replace(",0.2500,", ",0.5000,", 1))
+            result = subprocess.run(
+                [sys.executable, str(source_root() / "tools" / "make_figures.py"), "--root",
+                 str(root), "--topology-dump", str(RUNFILES / "tools" / "topology_dump"),
+                 "--check"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+            self.assertIn("cpu_per_write.svg in", result.stdout)
 
     def test_a_missing_topology_dump_is_one_line(self):
         result = subprocess.run([sys.executable,

@@ -21,11 +21,17 @@ figures differ from what this tool makes (fix: run it and commit them).
   bazel build //tools:topology_dump && python3 tools/make_figures.py
   python3 tools/make_figures.py --check      # exit 1 and name the figures that drifted
 
-Not drawn yet: per chapter, what the CPU does per WRITE before and after the
-idea. It needs per-WRITE counters in the server's JSON lines, which are being
-added; see PENDING below, the hook for it.
+  docs/figures/cpu_per_write.svg  per chapter, what a writer thread's CPU does
+                              per WRITE (CPU time inside and outside provider
+                              calls, CQ reads, doorbells and allocations per
+                              WRITE), each chapter against the one before it:
+                              the counters of a recorded results folder
+                              (--counters-from; the simulated simnic ladder,
+                              the one folder with counters), labelled
+                              "simulated" when the folder is
 """
 import argparse
+import csv
 import json
 import pathlib
 import random
@@ -37,12 +43,11 @@ from xml.sax.saxutils import escape
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Figures that need facts the code does not record yet: name -> what is missing.
-# When the server's JSON lines carry per-WRITE counters (posts, polls, CQ reads
-# and doorbells per WRITE), add a drawing function to FIGURES and drop it here.
-PENDING = {
-    "cpu_per_write.svg": "per chapter, what the CPU does per WRITE before and after its idea: "
-                         "needs per-WRITE counters in the server's JSON lines (not there yet)",
-}
+PENDING = {}
+
+# The recorded folder whose counters cpu_per_write.svg draws: the one with
+# counters (tools/compare.py's results.csv, counter columns filled).
+COUNTERS_FROM = "results/h200x2-32core-simnic-host-8x4-page256"
 
 FONT = "DejaVu Sans, Arial, Helvetica, sans-serif"
 COLORS = {"gpu": "#76b900", "nic": "#4c72b0", "core": "#dd8452", "box": "#f4f4f4",
@@ -341,13 +346,104 @@ def timeline(layout, facts):
     return svg.render()
 
 
+def counter_rows(root, folder):
+    """The chapters' counters of a recorded folder (results.csv of tools/compare.py)."""
+    path = root / folder / "results.csv"
+    if not path.exists():
+        raise FactError(f"{folder}/results.csv not found (--counters-from)")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = ("ns_per_write_provider", "ns_per_write_app", "cq_reads_per_write",
+            "doorbells_per_write", "op_allocations_per_write", "mops_median")
+    if not rows or any(not r.get(k) for r in rows for k in need):
+        raise FactError(f"{folder}/results.csv: not every chapter has the counters "
+                        f"({', '.join(need)})")
+    return rows
+
+
+# (column, short name, digits) of the per-WRITE counts drawn beside the bars.
+PER_WRITE = [("cq_reads_per_write", "CQ reads", 2), ("doorbells_per_write", "doorbells", 2),
+             ("op_allocations_per_write", "allocations", 2)]
+
+
+def changes(before, after):
+    """What moved by a quarter or more between two chapters' rows, largest first."""
+    found = []
+    for key, name, digits in PER_WRITE + [("ns_per_write_provider", "ns in provider", 0),
+                                          ("ns_per_write_app", "ns in app", 0)]:
+        a, b = float(before[key]), float(after[key])
+        if max(a, b) > 0 and abs(b - a) / max(a, b) >= 0.25:
+            found.append((abs(b - a) / max(a, b), f"{name} {a:.{digits}f} -> {b:.{digits}f}"))
+    return [s for _, s in sorted(found, key=lambda x: -x[0])[:2]]
+
+
+def cpu_per_write(rows, folder):
+    simulated = all(r.get("kind") == "simulated" or r.get("provider") == "simnic"
+                    for r in rows)
+    label = "SIMULATED" if simulated else "measured"
+    first = rows[0]
+    total = [float(r["ns_per_write_provider"]) + float(r["ns_per_write_app"]) for r in rows]
+    scale = 430 / max(total)
+    x0, bar_x, top, row_h = 14, 150, 124, 40
+    cols = [bar_x + 700, bar_x + 780, bar_x + 870]  # right edges of the per-WRITE counts
+    moved_x = bar_x + 900
+    width, height = 1560, top + row_h * len(rows) + 70
+    svg = Svg(width, height, f"{label}: a writer thread's CPU per WRITE, chapter by chapter")
+    svg.text(x0, 26, f"{label}: what a writer thread's CPU does per WRITE, chapter by chapter"
+             + (" (simnic, a simulated NIC: not a measurement of a NIC)" if simulated else ""),
+             15, weight="bold", color=COLORS["page"] if simulated else None)
+    svg.text(x0, 46, f"Counters of {folder}/results.csv (medians of {first['runs']} runs; "
+             f"{first['provider']}, {first['memory']} memory, {first['gpus']} groups x "
+             f"{first['nics_per_gpu']} NICs, {first['page_size']}-byte pages), drawn by "
+             "tools/make_figures.py.", 11, color=COLORS["muted"])
+    svg.text(x0, 62, "Each row is a chapter; the row above it is the chapter before its idea. "
+             "CPU time per WRITE is one writer thread's, split between provider calls and "
+             "our own code (docs/README.md, \"Counters\").", 11, color=COLORS["muted"])
+    svg.text(bar_x, top - 16, "CPU ns per WRITE: in provider calls + in our code", 11,
+             weight="bold")
+    svg.text(cols[0] - 40, top - 32, "per WRITE", 11, weight="bold")
+    for x, (_, name, _) in zip(cols, PER_WRITE):
+        svg.text(x, top - 16, name, 11, "end", weight="bold")
+    svg.text(moved_x, top - 16, "moved against the chapter above (by 25% or more)", 11,
+             weight="bold")
+    svg.text(width - 14, top - 32, "M WRITEs/s", 11, "end", weight="bold")
+    if simulated:
+        svg.text(width - 14, top - 16, "(simulated)", 11, "end", weight="bold")
+    for i, r in enumerate(rows):
+        y = top + i * row_h
+        if i % 2 == 0:
+            svg.rect(x0 - 4, y - 4, width - 2 * x0 + 8, row_h, "#f6f6f6", rx=2)
+        svg.text(x0, y + 18, r["chapter"], 12, weight="bold")
+        prov, app = float(r["ns_per_write_provider"]), float(r["ns_per_write_app"])
+        svg.rect(bar_x, y + 4, prov * scale, 22, COLORS["nic"], rx=2)
+        svg.rect(bar_x + prov * scale, y + 4, max(app * scale, 1), 22, COLORS["core"], rx=2)
+        svg.text(bar_x + (prov + app) * scale + 6, y + 19,
+                 f"{prov + app:.0f} = {prov:.0f} + {app:.0f}", 11)
+        for x, (key, _, digits) in zip(cols, PER_WRITE):
+            svg.text(x, y + 19, f"{float(r[key]):.{digits}f}", 11, "end")
+        moved = changes(rows[i - 1], r) if i else ["(the baseline)"]
+        svg.text(moved_x, y + 19, "; ".join(moved) or "nothing by 25%", 11,
+                 color=COLORS["text"] if moved else COLORS["muted"])
+        svg.text(width - 14, y + 19, f"{float(r['mops_median']):.2f}", 11, "end")
+    svg.rect(x0, height - 46, 14, 12, COLORS["nic"], rx=2)
+    svg.text(x0 + 20, height - 36, "inside provider calls (fi_writemsg, fi_cq_read: with "
+             "simnic, the model's post, doorbell and CQ-read costs are spent here)", 11)
+    svg.rect(x0, height - 26, 14, 12, COLORS["core"], rx=2)
+    svg.text(x0 + 20, height - 16, "outside them: our writer's own code (bookkeeping, "
+             "allocation, callbacks, counters)", 11)
+    return svg.render()
+
+
 FIGURES = {"p5_layout.svg": p5_layout, "data_flow.svg": data_flow, "timeline.svg": timeline}
 
 
 def make_all(args):
     layout = p5_groups(args)
     facts = code_facts(args.root)
-    return {name: draw(layout, facts) for name, draw in FIGURES.items()}
+    figures = {name: draw(layout, facts) for name, draw in FIGURES.items()}
+    figures["cpu_per_write.svg"] = cpu_per_write(counter_rows(args.root, args.counters_from),
+                                                 args.counters_from)
+    return figures
 
 
 def main():
@@ -367,12 +463,17 @@ def main():
                    help="saved p5 topology, relative to --root (default: %(default)s)")
     p.add_argument("--lspci", default="tests/fixtures/p5-lspci.txt",
                    help="the p5's `lspci -t -v`, relative to --root (default: %(default)s)")
+    p.add_argument("--counters-from", default=COUNTERS_FROM,
+                   help="recorded folder whose counters cpu_per_write.svg draws, relative to "
+                        "--root (default: %(default)s)")
     p.add_argument("--pending", action="store_true",
                    help="list the figures not drawn yet and what they need, and exit")
     args = p.parse_args()
     if args.pending:
         for name, need in PENDING.items():
             print(f"{name}: {need}")
+        if not PENDING:
+            print("make_figures: every figure is drawn; none is pending")
         return 0
     args.out = args.out or args.root / "docs" / "figures"
     args.topology_dump = args.topology_dump or args.root / "bazel-bin" / "tools" / "topology_dump"
