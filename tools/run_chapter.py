@@ -7,6 +7,10 @@ verified every byte, and prints the server's JSON result line.
 
   tools/run_chapter.py 10_warmup --provider shm
   tools/run_chapter.py 14_batch --provider tcp --gpus 2 --nics-per-gpu 2 --repeat 100
+  tools/run_chapter.py 14_batch --provider simnic --page-size 256 --counters
+
+--counters adds the writer threads' counters per WRITE after the JSON line
+(docs/README.md, "Counters", says what each one counts).
 
 Binaries come from Bazel (built first unless --no-build) or from --bin-dir,
 a folder with <chapter>/server and <chapter>/client (for machines without
@@ -168,10 +172,40 @@ def run_once(args, chapter, echo=True):
                     p.wait()
 
 
+# The server record's counters shown by --counters: (key, divided by the
+# record's `writes`?).
+COUNTERS = [("post_calls", True), ("doorbells", True), ("eagain", True), ("cq_reads", True),
+            ("cq_empty_reads", True), ("cq_entries", True), ("op_allocations", True),
+            ("ns_per_write_provider", False), ("ns_per_write_app", False),
+            ("migrations", False), ("involuntary_switches", False)]
+
+
+def counters_text(record):
+    """The record's counters, per WRITE where that is what teaches, one a line."""
+    writes = record.get("writes") or 0
+    lines = [f"{record.get('chapter', '')}: {writes} WRITE(s), {record.get('mops', 0):.4f} Mops/s, "
+             f"{record.get('gbps', 0):.3f} Gbps, threading {record.get('threading', '?')}, "
+             f"op_pool {record.get('op_pool', '?')}, doorbell_batching "
+             f"{record.get('doorbell_batching', '?')}"]
+    for key, per_write in COUNTERS:
+        if key not in record:
+            continue  # built with -DTUTORIAL_NO_COUNTERS
+        value = record[key]
+        if per_write:
+            shown = f"{value / writes:.3f} per WRITE" if writes else "-"
+            lines.append(f"  {key:<22} {shown:>18}   ({value} in all)")
+        else:
+            lines.append(f"  {key:<22} {value:>18.1f}" if isinstance(value, float)
+                         else f"  {key:<22} {value:>18}")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapter", choices=chapters())
     add_run_flags(parser)
+    parser.add_argument("--counters", action="store_true",
+                        help="after the JSON line, the writer threads' counters, per WRITE")
     args = parser.parse_args()
     if not args.bin_dir and not args.no_build:
         build([args.chapter])
@@ -181,6 +215,8 @@ def main():
         print(f"run_chapter: error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(record))
+    if args.counters:
+        print(counters_text(record))
     return 0
 
 
