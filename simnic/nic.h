@@ -344,6 +344,10 @@ struct Endpoint {
   std::vector<Descriptor> submit;
   uint64_t submit_mask = 0;
   uint64_t produced = 0;  // under post_mutex
+  // Doorbells rung, and those rung from another virtual NUMA node than the
+  // NIC's (under post_mutex, like `produced`); SIMNIC_STATS prints them.
+  uint64_t doorbells = 0;
+  uint64_t remote_doorbells = 0;
   alignas(64) std::atomic<uint64_t> published{0};
   alignas(64) std::atomic<uint64_t> consumed{0};
 

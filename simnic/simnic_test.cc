@@ -15,6 +15,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -533,6 +534,47 @@ TEST_F(SimnicTest, DoorbellChargedOncePerPostWithoutFiMore) {
   unsetenv("SIMNIC_NUMA_NODES");
   EXPECT_GE(each, 0.020);
   EXPECT_LT(batched, each / 2) << "one doorbell for the batch";
+}
+
+// SIMNIC_STATS: one line per endpoint at close, doorbells and those rung
+// from another virtual NUMA node (docs/12_pin.md's exercises read it).
+TEST_F(SimnicTest, StatsCountDoorbellsAndRemoteOnes) {
+  setenv("SIMNIC_STATS", "1", 1);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  for (int nodes : {1, 2}) {
+    if (nodes == 2 && cpus < 2) break;  // one CPU: no other node to ring from
+    setenv("SIMNIC_NUMA_NODES", std::to_string(nodes).c_str(), 1);
+    // On the last CPU: the last virtual node, and NIC 0 (of 4) is on node 0.
+    cpu_set_t last;
+    CPU_ZERO(&last);
+    CPU_SET(static_cast<int>(cpus - 1), &last);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(last), &last), 0);
+    testing::internal::CaptureStderr();
+    {
+      Nic a(0), b(1);
+      std::vector<uint8_t> source(64), target(64);
+      fid_mr* src = a.Register(source.data(), 64);
+      fid_mr* dst = b.Register(target.data(), 64);
+      fi_addr_t peer = a.Insert(b.address());
+      uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+      for (int i = 0; i < 6; ++i) {  // 3 with FI_MORE, closed by the 4th: 3 doorbells
+        ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr,
+                          FI_COMPLETION | (i < 3 ? FI_MORE : 0)),
+                  0);
+      }
+      ASSERT_EQ(a.Poll(6, 10).size(), 6u);
+    }
+    std::string said = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+    std::string expected = "NIC simnic0 (virtual NUMA node 0): 3 doorbell(s), " +
+                           std::string(nodes == 1 ? "0" : "3") + " from another virtual NUMA node";
+    EXPECT_NE(said.find(expected), std::string::npos) << said;
+    EXPECT_EQ(said.find("simnic1"), std::string::npos) << "b rang no doorbell: " << said;
+  }
+  unsetenv("SIMNIC_NUMA_NODES");
+  unsetenv("SIMNIC_STATS");
 }
 
 TEST_F(SimnicTest, EfaDirectRulesUnknownPeerAndMtu) {

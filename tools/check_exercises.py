@@ -164,7 +164,12 @@ def target_exists(root, label):
     if not build.exists():
         return False
     name = name or package.rsplit("/", 1)[-1]
-    return re.search(rf'name = "{re.escape(name)}"', build.read_text()) is not None
+    text = build.read_text()
+    # A chapter's BUILD calls the chapter() macro: its targets are named in
+    # chapters/chapter.bzl.
+    if re.search(r"^chapter\(", text, re.M) and (root / "chapters" / "chapter.bzl").exists():
+        text += (root / "chapters" / "chapter.bzl").read_text()
+    return re.search(rf'name = "{re.escape(name)}"', text) is not None
 
 
 def check_flags(where, flags, help_text, what):

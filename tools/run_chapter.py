@@ -134,34 +134,51 @@ def run_once(args, chapter, echo=True):
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       env=env_with(args.client_env, simnic_env(args)))
-            # The server's lines are echoed by a thread so that a hung run is
+            # Both sides' lines are read by threads so that a hung run is
             # still bounded by the timeout below.
-            server_lines = []
+            server_lines, client_lines = [], []
 
-            def pump():
-                for line in server.stdout:
-                    server_lines.append(line)
-                    if echo:
-                        print(f"  server| {line.rstrip()}", flush=True)
+            def pump(stream, lines, prefix):
+                for line in stream:
+                    lines.append(line)
+                    if prefix:
+                        print(f"  {prefix}| {line.rstrip()}", flush=True)
 
-            pumper = threading.Thread(target=pump, daemon=True)
-            pumper.start()
-            try:
-                client_out, _ = client.communicate(timeout=args.timeout + 30)
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"{chapter}: no result within {args.timeout + 30:.0f} s:\n"
-                                   + "".join(server_lines[-20:]))
-            pumper.join(timeout=5)
+            pumpers = [threading.Thread(target=pump, daemon=True,
+                                        args=(server.stdout, server_lines,
+                                              "server" if echo else None)),
+                       threading.Thread(target=pump, daemon=True,
+                                        args=(client.stdout, client_lines, None))]
+            for pumper in pumpers:
+                pumper.start()
+            # Waiting on both reaps a server that ends first (a transfer it
+            # abandoned, with --once), so the client sees it gone within a
+            # second instead of waiting for its timeout beside a zombie.
+            deadline = time.monotonic() + args.timeout + 30
+            server_failed_at = None
+            while client.poll() is None or server.poll() is None:
+                now = time.monotonic()
+                if server.poll() not in (None, 0):
+                    server_failed_at = server_failed_at or now
+                    if now - server_failed_at > 5:
+                        break  # the client did not notice; it is stopped below
+                if now > deadline:
+                    raise RuntimeError(f"{chapter}: no result within {args.timeout + 30:.0f} s:\n"
+                                       + "".join(server_lines[-20:]))
+                time.sleep(0.05)
+            for pumper in pumpers:
+                pumper.join(timeout=5)
+            client_out = "".join(client_lines)
             if echo:
                 for line in client_out.splitlines()[-2:]:
                     print(f"  client| {line}", flush=True)
+            if server.returncode != 0:
+                raise RuntimeError(f"{chapter} server failed ({server.returncode}):\n"
+                                   + "".join(server_lines[-20:])
+                                   + "".join(f"client: {line}" for line in client_lines[-2:]))
             if client.returncode != 0:
                 raise RuntimeError(f"{chapter} client failed ({client.returncode}):\n{client_out}"
                                    + "".join(server_lines[-10:]))
-            if server.returncode != 0:
-                raise RuntimeError(f"{chapter} server failed ({server.returncode}):\n"
-                                   + "".join(server_lines[-20:]))
             record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
             record["command"] = " ".join(["server", *server_cmd[1:]])
             return record
