@@ -97,9 +97,14 @@ class RandomFillClient {
   }
 
   void ThrowIfRejected() const {
-    if (rejected_flag_.load(std::memory_order_acquire)) {
-      throw UsageError("the server rejected the request: " + rejected_);
+    if (!rejected_flag_.load(std::memory_order_acquire)) return;
+    const std::string abandoned = kTransferAbandonedReason;
+    if (rejected_.rfind(abandoned, 0) == 0) {
+      // Not our request's fault: the transfer failed on the server's side.
+      throw RuntimeError("the server abandoned the transfer: " +
+                         rejected_.substr(abandoned.size()));
     }
+    throw UsageError("the server rejected the request: " + rejected_);
   }
 
   // Waits for the final write of every NIC. One thread per GPU group polls

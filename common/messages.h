@@ -68,6 +68,10 @@ struct RejectMessage {
   std::string reason;
 };
 constexpr size_t kMaxRejectReason = 1024;
+// A REJECT that arrives during a transfer: the server gave it up and says
+// why (the reason follows this prefix), so the client need not wait for
+// its timeout.
+constexpr char kTransferAbandonedReason[] = "transfer abandoned: ";
 
 std::vector<uint8_t> Encode(const ConnectMessage& message);
 std::vector<uint8_t> Encode(const RejectMessage& message);

@@ -571,7 +571,6 @@ void Network::FreeOp(RdmaOp* op) {
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = 0;
   Count(counters_.post_calls);
-  if (more_flag == 0) Count(counters_.doorbells);
   {
     ProviderCall call(*this);
     switch (op->type) {
@@ -617,6 +616,9 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
     return 0;
   }
   op->state = OpState::kPosted;
+  // Only a post the provider took rings the doorbell (EFA's and simnic's
+  // refused posts never reach the NIC).
+  if (more_flag == 0) Count(counters_.doorbells);
   if (op->type != OpType::kRecv) ++posted_transmits_;
   if (op->type == OpType::kWrite) Count(counters_.writes);
   return 0;

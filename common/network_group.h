@@ -20,8 +20,10 @@ class NetworkGroup {
     return index;
   }
 
-  // True while a NIC of the group still holds posts the provider refused:
-  // posting more would only grow our own queue, not the NIC's.
+  // True while one NIC of the group has kBacklogLimit or more operations
+  // on its pending queue (refused by the provider and, from chapter 15,
+  // queued and not yet tried): posting more would only grow our own
+  // queue, not the NIC's.
   bool Backlogged() const {
     for (const Network* net : nets) {
       if (net->pending() >= kBacklogLimit) return true;

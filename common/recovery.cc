@@ -137,7 +137,7 @@ void TransferWatch::Watch() {
       char text[128];
       std::snprintf(text, sizeof(text),
                     "no NIC completed anything for %.0f s: the client stopped responding or "
-                    "cannot be reached",
+                    "cannot be reached, or the NICs stalled",
                     stall_seconds_);
       Abandon(text);
     }

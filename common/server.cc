@@ -348,7 +348,8 @@ class RandomFillServer {
   // Best effort: a client that sent a well-formed but unservable request
   // learns why at once instead of waiting for its timeout. Returns "" or a
   // note on why no REJECT went out.
-  std::string SendReject(const ConnectMessage& client, const std::string& reason) {
+  std::string SendReject(const ConnectMessage& client, const std::string& reason,
+                         bool while_stopping = false) {
     const std::vector<uint8_t>& address = client.nic_addresses[0];
     if (IsOwnAddress(address)) return "; no REJECT sent: the sender named this server";
     std::vector<uint8_t> message = Encode(RejectMessage{reason});
@@ -363,7 +364,9 @@ class RandomFillServer {
     front_door_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
                          [&done](Network&, RdmaOp&) { done = true; });
     auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
-    while (!done && Clock::now() < deadline && !StopRequested()) front_door_.PollCompletion();
+    while (!done && Clock::now() < deadline && (while_stopping || !StopRequested())) {
+      front_door_.PollCompletion();
+    }
     std::string note;
     if (!done) {
       // `done` lives on this stack: nothing may call back once we return.
@@ -488,6 +491,13 @@ class RandomFillServer {
     RemovePeers(peers);
     std::string repaired;
     if (!outcome.ok) repaired = Recover(/*always=*/true);
+    // A client that is still there hears why at once (it listens for a
+    // REJECT throughout), instead of waiting for its --timeout; also when
+    // this server is stopping. A client known to be dead is not asked.
+    if (!outcome.ok && !PeerKnownDead(front_door_, connect.nic_addresses[0])) {
+      repaired += SendReject(connect, kTransferAbandonedReason + outcome.error,
+                             /*while_stopping=*/true);
+    }
     SweepPastClients(connect);
 
     if (outcome.ok) {
