@@ -649,6 +649,37 @@ void ReleaseConnections(Endpoint* ep) {
   ep->busy.clear();
 }
 
+std::string DescribeUnfinished(const Endpoint* ep) {
+  std::string text;
+  char line[256];
+  if (!ep->wire.empty()) {
+    const WireOp& w = ep->wire.front();
+    std::snprintf(line, sizeof(line),
+                  " %zu transmit(s) not yet in a ring (first: %llu of %llu bytes sent, "
+                  "due %.0f ns ago);",
+                  ep->wire.size(), static_cast<unsigned long long>(w.sent),
+                  static_cast<unsigned long long>(w.op.length),
+                  static_cast<double>(NowNs()) - w.finish_ns);
+    text += line;
+  }
+  for (const auto& entry : ep->connections) {
+    const Connection* c = entry.second.get();
+    if (c->in_flight.empty() && c->slot >= 0) continue;
+    bool alive = c->failed == kOk && c->control != nullptr;
+    std::snprintf(
+        line, sizeof(line),
+        " connection to pid %d: slot %d, failed %u, %zu fragment(s) in flight, head %llu, "
+        "completed %llu, target tail %llu, ring state %u, owned %s;",
+        static_cast<int>(entry.first->address().pid), c->slot, c->failed, c->in_flight.size(),
+        static_cast<unsigned long long>(c->head), static_cast<unsigned long long>(c->completed),
+        alive ? static_cast<unsigned long long>(c->control->tail.load()) : 0ull,
+        alive ? c->control->state.load() : 0u,
+        alive ? (c->control->owner.load() != 0 ? "yes" : "no (freed by the target)") : "-");
+    text += line;
+  }
+  return text;
+}
+
 void DestroyRegion(Endpoint* ep) {
   if (ep->region == nullptr) return;
   ep->header()->open.store(0, std::memory_order_release);

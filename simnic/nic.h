@@ -375,6 +375,10 @@ void DestroyRegion(Endpoint* ep);
 // Hands the endpoint's inbound rings at its targets back: they drain them,
 // then free them for other initiators. Call once the engine has let go.
 void ReleaseConnections(Endpoint* ep);
+// What the endpoint still holds, for SIMNIC_STATS: transmits not yet in a
+// target's ring, and per connection the bytes in flight with the target's
+// ring state. "" when nothing is left. Call once the engine has let go.
+std::string DescribeUnfinished(const Endpoint* ep);
 
 // The engine threads of this process.
 class Engine {

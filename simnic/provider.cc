@@ -900,16 +900,25 @@ int EpControl(fid* f, int command, void* arg) {
 
 int EpClose(fid* f) {
   Endpoint* ep = reinterpret_cast<Endpoint*>(f);
-  if (ep->doorbells > 0 && std::getenv("SIMNIC_STATS") != nullptr) {
+  bool was_enabled = ep->enabled;
+  if (was_enabled) Engine::Get().Remove(ep);
+  if (std::getenv("SIMNIC_STATS") != nullptr) {
     // What the chapters cannot count themselves: where the doorbells came
-    // from (an unpinned thread that drifts to the other node pays more).
-    std::fprintf(stderr,
-                 "simnic: NIC simnic%d (virtual NUMA node %d): %llu doorbell(s), %llu from "
-                 "another virtual NUMA node\n",
-                 ep->domain->index, ep->nic_node, static_cast<unsigned long long>(ep->doorbells),
-                 static_cast<unsigned long long>(ep->remote_doorbells));
+    // from (an unpinned thread that drifts to the other node pays more),
+    // and what an endpoint closed in the middle of a transfer still held.
+    if (ep->doorbells > 0) {
+      std::fprintf(stderr,
+                   "simnic: NIC simnic%d (virtual NUMA node %d): %llu doorbell(s), %llu from "
+                   "another virtual NUMA node\n",
+                   ep->domain->index, ep->nic_node, static_cast<unsigned long long>(ep->doorbells),
+                   static_cast<unsigned long long>(ep->remote_doorbells));
+    }
+    std::string left = was_enabled ? DescribeUnfinished(ep) : "";
+    if (!left.empty()) {
+      std::fprintf(stderr, "simnic: NIC simnic%d closed with work left:%s\n", ep->domain->index,
+                   left.c_str());
+    }
   }
-  if (ep->enabled) Engine::Get().Remove(ep);
   ReleaseConnections(ep);
   DestroyRegion(ep);
   if (ep->tx_cq) ep->tx_cq->bound_endpoints.fetch_sub(1);

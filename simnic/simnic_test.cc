@@ -577,6 +577,30 @@ TEST_F(SimnicTest, StatsCountDoorbellsAndRemoteOnes) {
   unsetenv("SIMNIC_STATS");
 }
 
+// SIMNIC_STATS: an endpoint closed with a WRITE still waiting for the line
+// says so (a stalled run's endpoints tell where their work stood).
+TEST_F(SimnicTest, StatsDescribeWorkLeftAtClose) {
+  setenv("SIMNIC_STATS", "1", 1);
+  setenv("SIMNIC_LINE_GBPS", "0.000001", 1);  // 64 bytes take half a second
+  testing::internal::CaptureStderr();
+  {
+    Nic a(0), b(1);
+    std::vector<uint8_t> source(64), target(64);
+    fid_mr* src = a.Register(source.data(), 64);
+    fid_mr* dst = b.Register(target.data(), 64);
+    fi_addr_t peer = a.Insert(b.address());
+    uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+              0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // onto the wire
+  }
+  std::string said = testing::internal::GetCapturedStderr();
+  unsetenv("SIMNIC_STATS");
+  EXPECT_NE(said.find("simnic: NIC simnic0 closed with work left: 1 transmit(s) not yet in a ring"),
+            std::string::npos)
+      << said;
+}
+
 TEST_F(SimnicTest, EfaDirectRulesUnknownPeerAndMtu) {
   setenv("SIMNIC_DIRECT", "1", 1);
   Nic a(0), b(1);
