@@ -536,6 +536,21 @@ TEST_F(SimnicTest, DoorbellChargedOncePerPostWithoutFiMore) {
   EXPECT_LT(batched, each / 2) << "one doorbell for the batch";
 }
 
+// NIC 0 writing 64 bytes into NIC 1, both in this process: what the
+// SIMNIC_STATS tests need (the older tests spell it out each).
+struct WritingPair {
+  Nic a{0}, b{1};
+  std::vector<uint8_t> source = std::vector<uint8_t>(64), target = std::vector<uint8_t>(64);
+  fid_mr* src = a.Register(source.data(), 64);
+  fid_mr* dst = b.Register(target.data(), 64);
+  fi_addr_t peer = a.Insert(b.address());
+
+  ssize_t Write(uint64_t flags) {
+    return a.Write(source.data(), 64, src, peer, reinterpret_cast<uint64_t>(target.data()),
+                   fi_mr_key(dst), nullptr, flags);
+  }
+};
+
 // SIMNIC_STATS: one line per endpoint at close, doorbells and those rung
 // from another virtual NUMA node (docs/12_pin.md's exercises read it).
 TEST_F(SimnicTest, StatsCountDoorbellsAndRemoteOnes) {
@@ -553,18 +568,11 @@ TEST_F(SimnicTest, StatsCountDoorbellsAndRemoteOnes) {
     ASSERT_EQ(sched_setaffinity(0, sizeof(last), &last), 0);
     testing::internal::CaptureStderr();
     {
-      Nic a(0), b(1);
-      std::vector<uint8_t> source(64), target(64);
-      fid_mr* src = a.Register(source.data(), 64);
-      fid_mr* dst = b.Register(target.data(), 64);
-      fi_addr_t peer = a.Insert(b.address());
-      uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+      WritingPair pair;
       for (int i = 0; i < 6; ++i) {  // 3 with FI_MORE, closed by the 4th: 3 doorbells
-        ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr,
-                          FI_COMPLETION | (i < 3 ? FI_MORE : 0)),
-                  0);
+        ASSERT_EQ(pair.Write(FI_COMPLETION | (i < 3 ? FI_MORE : 0)), 0);
       }
-      ASSERT_EQ(a.Poll(6, 10).size(), 6u);
+      ASSERT_EQ(pair.a.Poll(6, 10).size(), 6u);
     }
     std::string said = testing::internal::GetCapturedStderr();
     ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
@@ -584,14 +592,8 @@ TEST_F(SimnicTest, StatsDescribeWorkLeftAtClose) {
   setenv("SIMNIC_LINE_GBPS", "0.000001", 1);  // 64 bytes take half a second
   testing::internal::CaptureStderr();
   {
-    Nic a(0), b(1);
-    std::vector<uint8_t> source(64), target(64);
-    fid_mr* src = a.Register(source.data(), 64);
-    fid_mr* dst = b.Register(target.data(), 64);
-    fi_addr_t peer = a.Insert(b.address());
-    uint64_t remote = reinterpret_cast<uint64_t>(target.data());
-    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
-              0);
+    WritingPair pair;
+    ASSERT_EQ(pair.Write(FI_COMPLETION), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // onto the wire
   }
   std::string said = testing::internal::GetCapturedStderr();
