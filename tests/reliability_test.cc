@@ -705,6 +705,41 @@ TEST_P(ReliabilityTest, ClientInterruptedMidTransfer) {
 
 // Only each NIC's last write notifies the client, so on a long transfer it
 // says every 10 s that it is still waiting, and how many NICs are done.
+// CPU time (user + system) of a process so far, in clock ticks.
+long CpuTicks(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t end = stat.rfind(')');  // the name may hold spaces
+  if (end == std::string::npos) return -1;
+  std::vector<std::string> fields;
+  size_t pos = end + 2;
+  while (pos < stat.size()) {
+    size_t next = stat.find(' ', pos);
+    fields.push_back(stat.substr(pos, next - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  // After the name: state is field 3 of stat(5), utime 14, stime 15.
+  if (fields.size() < 13) return -1;
+  return std::stol(fields[11]) + std::stol(fields[12]);
+}
+
+// A server between clients sleeps between polls of its front door: it must
+// not keep a core busy while nobody is there (a workshop laptop, CI).
+TEST_P(ReliabilityTest, IdleServerLeavesTheCpuAlone) {
+  const std::string provider = GetParam();
+  LiveServer server(provider, 1);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // past the busy polls
+  long before = CpuTicks(server.process().pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  long after = CpuTicks(server.process().pid());
+  ASSERT_GE(before, 0);
+  double share = static_cast<double>(after - before) / sysconf(_SC_CLK_TCK) / 2.0;
+  EXPECT_LT(share, 0.5) << "an idle server used " << share * 100 << "% of a core";
+  std::printf("reliability: an idle %s server used %.0f%% of a core\n", provider.c_str(),
+              share * 100);
+  server.StopAndCheck();
+}
+
 TEST_P(ReliabilityTest, WaitingClientSaysItIsAlive) {
   const std::string provider = GetParam();
   // Far longer than 10 s on any machine; the client is interrupted anyway.
