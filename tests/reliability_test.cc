@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -710,17 +711,13 @@ long CpuTicks(pid_t pid) {
   std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
   size_t end = stat.rfind(')');  // the name may hold spaces
   if (end == std::string::npos) return -1;
-  std::vector<std::string> fields;
-  size_t pos = end + 2;
-  while (pos < stat.size()) {
-    size_t next = stat.find(' ', pos);
-    fields.push_back(stat.substr(pos, next - pos));
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  // After the name: state is field 3 of stat(5), utime 14, stime 15.
-  if (fields.size() < 13) return -1;
-  return std::stol(fields[11]) + std::stol(fields[12]);
+  // After the name come state (field 3 of proc(5)) ... utime (14), stime (15).
+  std::istringstream rest(stat.substr(end + 1));
+  std::string skip;
+  for (int field = 3; field < 14; ++field) rest >> skip;
+  long utime = -1, stime = -1;
+  rest >> utime >> stime;
+  return rest ? utime + stime : -1;
 }
 
 // A server between clients sleeps between polls of its front door: it must
