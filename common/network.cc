@@ -51,6 +51,7 @@ NetworkCounters& NetworkCounters::operator+=(const NetworkCounters& o) {
   cq_entries += o.cq_entries;
   provider_ticks += o.provider_ticks;
   op_allocations += o.op_allocations;
+  longest_write_run = std::max(longest_write_run, o.longest_write_run);
   return *this;
 }
 
@@ -65,6 +66,7 @@ NetworkCounters NetworkCounters::operator-(const NetworkCounters& o) const {
   d.cq_entries = cq_entries - o.cq_entries;
   d.provider_ticks = provider_ticks - o.provider_ticks;
   d.op_allocations = op_allocations - o.op_allocations;
+  d.longest_write_run = longest_write_run;
   return d;
 }
 
@@ -508,7 +510,13 @@ NetworkCounters Network::counters() const {
   c.cq_entries = counters_.cq_entries.load(std::memory_order_relaxed);
   c.provider_ticks = counters_.provider_ticks.load(std::memory_order_relaxed);
   c.op_allocations = counters_.op_allocations.load(std::memory_order_relaxed);
+  c.longest_write_run = counters_.longest_write_run.load(std::memory_order_relaxed);
   return c;
+}
+
+void Network::ResetPeaks() {
+  writes_since_cq_read_ = 0;
+  counters_.longest_write_run.store(0, std::memory_order_relaxed);
 }
 
 void Network::Link(RdmaOp* op) {
@@ -635,6 +643,12 @@ void Network::ProgressPendingOps() {
 }
 
 void Network::Enqueue(RdmaOp* op, bool lazy) {
+#ifndef TUTORIAL_NO_COUNTERS
+  if (op->type == OpType::kWrite &&
+      ++writes_since_cq_read_ > counters_.longest_write_run.load(std::memory_order_relaxed)) {
+    counters_.longest_write_run.store(writes_since_cq_read_, std::memory_order_relaxed);
+  }
+#endif
   pending_.push_back(op);
   if (!lazy) ProgressPendingOps();
 }
@@ -825,6 +839,7 @@ size_t Network::PollCompletion() {
       n = fi_cq_read(cq_.get(), entries, kCqReadCount);
     }
     Count(counters_.cq_reads);
+    writes_since_cq_read_ = 0;
     if (n == -FI_EAGAIN) {
       Count(counters_.cq_empty_reads);
       break;

@@ -201,6 +201,11 @@ struct NetworkCounters {
   uint64_t provider_ticks = 0;  // time inside those calls (ReadTicks units,
                                 // sampled: one call in 13 is timed)
   uint64_t op_allocations = 0;  // heap allocations for operation contexts
+  // The most WRITEs the writer handed one NIC (PostWrite calls, whether
+  // the provider took them at once or later) between two reads of its CQ.
+  // A peak, not a sum: adding takes the larger, a difference keeps the
+  // later value (counted since ResetPeaks).
+  uint64_t longest_write_run = 0;
 
   NetworkCounters& operator+=(const NetworkCounters& o);
   NetworkCounters operator-(const NetworkCounters& o) const;
@@ -324,6 +329,9 @@ class alignas(64) Network {
   size_t outstanding() const { return outstanding_; }
   // Sends and writes the provider holds: what the transmit queue holds.
   size_t posted_transmits() const { return posted_transmits_; }
+  // Starts the peak counters (longest_write_run) afresh, for a new transfer.
+  // Call it from the thread that uses the Network, or before that starts.
+  void ResetPeaks();
   // Operations waiting in our queue for the provider to take them.
   size_t pending() const { return pending_.size(); }
   // Sends and writes not yet completed: what must drain before the peer's
@@ -414,8 +422,10 @@ class alignas(64) Network {
   std::atomic<uint64_t> calls_finished_{0};
   struct {
     std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
-        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0};
+        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0},
+        longest_write_run{0};
   } counters_;
+  uint64_t writes_since_cq_read_ = 0;
 };
 
 }  // namespace tutorial

@@ -72,6 +72,13 @@ NetworkCounters SumCounters(Node& node) {
   return sum;
 }
 
+NetworkCounters StartCounting(Node& node) {
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).ResetPeaks();
+  }
+  return SumCounters(node);
+}
+
 bool WriteJob::Interrupted() const {
   return StopRequested() || (abandon_ != nullptr && abandon_->load(std::memory_order_relaxed));
 }
@@ -559,6 +566,7 @@ class RandomFillServer {
     r["cq_empty_reads"] = c.cq_empty_reads;
     r["cq_entries"] = c.cq_entries;
     r["op_allocations"] = c.op_allocations;
+    r["longest_write_run"] = c.longest_write_run;
     const ThreadUsage& t = outcome.threads;
     if (t.migrations >= 0) {
       r["migrations"] = t.migrations;

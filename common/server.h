@@ -112,6 +112,10 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
 
 // The NICs' counters summed (safe while writers run).
 NetworkCounters SumCounters(Node& node);
+// Restarts the NICs' peak counters and returns SumCounters: call it before
+// the writer threads start; the transfer's counters are SumCounters()
+// after it minus this.
+NetworkCounters StartCounting(Node& node);
 
 // A chapter's main(): `Writer` is constructed from the WriteJob and its
 // Run() returns the WriteOutcome. The writer stays alive until the NICs have
@@ -124,7 +128,7 @@ int RunServer(int argc, char** argv, const std::string& chapter,
   return ServerMain(
       argc, argv, chapter,
       [](WriteJob& job) {
-        NetworkCounters before = SumCounters(job.node());
+        NetworkCounters before = StartCounting(job.node());
         Writer writer(job);
         WriteOutcome outcome;
         try {

@@ -7,9 +7,12 @@ chapter's mechanism shows in them, whatever the speed:
   09-17: every accepted post rings the doorbell (no FI_MORE):
          doorbells == post_calls - eagain
   18:    FI_MORE batches: doorbells < post_calls
-  14:    16 WRITEs per visit: fewer CQ reads per WRITE than 13 (over simnic
-         with an unlimited line rate, so that the writer, not the NIC or
-         the peer, is the bottleneck: then every visit reads every CQ once)
+  14:    up to 16 WRITEs per visit of a GPU's thread: a NIC takes several
+         WRITEs between two reads of its CQ (longest_write_run, a peak
+         reached on the first visit, whatever the speed); until 13, one.
+         (CQ reads per WRITE fall too where the writer is the limit, but
+         on a crowded machine the empty reads of a waiting loop swamp it:
+         measured in docs/14_batch.md, not asserted here.)
   09-16: one heap allocation per operation (the series); 17+: a pool
   16+:   FI_THREAD_DOMAIN; 09-15: FI_THREAD_SAFE
   12+:   pinned writer threads do not migrate (where the kernel reports it)
@@ -29,14 +32,6 @@ PAGES = 200
 REPEAT = 20
 COMMON = ["--provider", "shm", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",
           "--buffer-size", str(1 << 20)]
-
-
-# simnic (docs/simnic.md) with a line rate no CPU can reach: only the
-# writer's own loop limits the WRITE rate.
-SIMNIC = ["--provider", "simnic", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",
-          "--buffer-size", str(1 << 20)]
-SIMNIC_ENV = {"FI_PROVIDER_PATH": str(RUNFILES / "simnic"), "SIMNIC_NICS": "2",
-              "SIMNIC_LINE_GBPS": "100000", "SIMNIC_QUIET": "1"}
 
 
 def run_chapter(chapter, tmp, common=COMMON, env=None, page_size=4096, pages=PAGES,
@@ -83,13 +78,6 @@ class CountersTest(unittest.TestCase):
                 cls.records[chapter], _ = run_chapter(chapter, tmp)
             except (AssertionError, subprocess.TimeoutExpired) as e:
                 cls.failures[chapter] = str(e)
-        cls.fast = {}
-        for chapter in ("13_shard", "14_batch"):
-            try:
-                cls.fast[chapter], _ = run_chapter(chapter, tmp, SIMNIC, SIMNIC_ENV, 64, 1000,
-                                                   "-simnic")
-            except (AssertionError, subprocess.TimeoutExpired) as e:
-                cls.failures[chapter + " over simnic"] = str(e)
 
     @classmethod
     def tearDownClass(cls):
@@ -127,16 +115,16 @@ class CountersTest(unittest.TestCase):
         self.assertTrue(r["doorbell_batching"])
         self.assertLess(r["doorbells"], r["post_calls"], r)
 
-    def test_batching_reads_the_cq_less_often_per_write(self):
-        for chapter in ("13_shard", "14_batch"):
-            self.assertNotIn(chapter + " over simnic", self.failures)
-        per_write = {c: self.fast[c]["cq_reads"] / self.fast[c]["writes"]
-                     for c in ("13_shard", "14_batch")}
-        # 13 reads both NICs' CQs once per WRITE at least; 14 once per 16
-        # WRITEs, plus the empty reads of a loop that waits (more of them on a
-        # loaded machine: 14 measured 0.2 to 0.53 of 13).
-        self.assertGreaterEqual(per_write["13_shard"], 2.0, per_write)
-        self.assertLess(per_write["14_batch"], per_write["13_shard"] * 0.8, per_write)
+    def test_batching_posts_several_writes_between_cq_reads(self):
+        # Until 13 a visit posts one WRITE, but the warmup (10 on) posts
+        # one per buffer on each NIC in one go: 2. 14's kBatchSize = 16
+        # WRITEs per visit go round-robin over the group's 2 NICs: 8 on
+        # each before the next visit reads the CQs, on the first visit
+        # after the warmup at least (empty queues), so the peak is exact.
+        expected = {"09_multinet": 1, "10_warmup": 2, "11_multithread": 2, "12_pin": 2,
+                    "13_shard": 2, "14_batch": 8}
+        for chapter, run in expected.items():
+            self.assertEqual(self.record(chapter)["longest_write_run"], run, chapter)
 
     def test_threading_level_is_the_series_until_16(self):
         for chapter in CHAPTERS:

@@ -194,7 +194,7 @@ def run_once(args, chapter, echo=True):
 COUNTERS = [("post_calls", True), ("doorbells", True), ("eagain", True), ("cq_reads", True),
             ("cq_empty_reads", True), ("cq_entries", True), ("op_allocations", True),
             ("ns_per_write_provider", False), ("ns_per_write_app", False),
-            ("migrations", False), ("involuntary_switches", False)]
+            ("longest_write_run", False), ("migrations", False), ("involuntary_switches", False)]
 
 
 def counters_text(record):
