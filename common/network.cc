@@ -20,6 +20,7 @@
 
 #include "common/cpu_ticks.h"
 #include "common/post_queue.h"
+#include "common/thread_stats.h"
 
 namespace tutorial {
 
@@ -484,6 +485,7 @@ constexpr uint64_t kTimedCallEvery = 13;
 Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(0) {
   uint64_t call = net_.calls_started_.load(std::memory_order_relaxed);
   if (call % kTimedCallEvery == 0) start_ = ReadTicks();
+  net_.caller_tid_.store(ThisThreadId(), std::memory_order_relaxed);
   Bump(net_.calls_started_);
 }
 
@@ -493,6 +495,7 @@ Network::ProviderCall::~ProviderCall() {
 }
 #else
 Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(0) {
+  net_.caller_tid_.store(ThisThreadId(), std::memory_order_relaxed);
   Bump(net_.calls_started_);
 }
 

@@ -320,6 +320,8 @@ class alignas(64) Network {
   // Calls into the provider (posts and polls) begun and finished: a thread
   // inside one has started != finished, and a watchdog that sees the pair
   // frozen so knows it is stuck there.
+  // The thread that made the latest provider call (a kernel thread id).
+  int provider_caller() const { return caller_tid_.load(std::memory_order_relaxed); }
   uint64_t provider_calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
   uint64_t provider_calls_finished() const {
     return calls_finished_.load(std::memory_order_relaxed);
@@ -420,6 +422,7 @@ class alignas(64) Network {
   std::atomic<uint64_t> orphan_errors_{0};
   std::atomic<uint64_t> calls_started_{0};
   std::atomic<uint64_t> calls_finished_{0};
+  std::atomic<int> caller_tid_{0};
   struct {
     std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
         cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0},

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "common/messages.h"
 #include "common/progress.h"
 #include "common/shutdown.h"
+#include "common/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -119,7 +121,13 @@ void TransferWatch::Abandon(const std::string& reason) {
 
 void TransferWatch::Watch() {
   uint64_t last = Completions();
-  auto last_change = Clock::now();
+  // Time without a completion counts only while the threads that poll the
+  // NICs get a core: one that does not cannot see the completions
+  // (common/thread_stats.h). One clock per NIC's polling thread; the stall
+  // is the shortest of them.
+  std::vector<ProgressClock> stalled;
+  ForEachNet([&stalled](size_t, size_t, Network&) { stalled.emplace_back(); });
+  auto last_tick = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, std::chrono::milliseconds(50));
@@ -130,10 +138,20 @@ void TransferWatch::Watch() {
     });
     uint64_t now_completed = Completions();
     auto now = Clock::now();
+    double tick = std::chrono::duration<double>(now - last_tick).count();
+    last_tick = now;
     if (now_completed != last) {
       last = now_completed;
-      last_change = now;
-    } else if (std::chrono::duration<double>(now - last_change).count() > stall_seconds_) {
+      for (ProgressClock& clock : stalled) clock.Reset();
+      continue;
+    }
+    size_t i = 0;
+    double stall = stall_seconds_ + 1;
+    ForEachNet([&](size_t, size_t, Network& net) {
+      stalled[i].Tick(tick, SampleThread(net.provider_caller()));
+      stall = std::min(stall, stalled[i++].seconds());
+    });
+    if (stall > stall_seconds_) {
       char text[128];
       std::snprintf(text, sizeof(text),
                     "no NIC completed anything for %.0f s: the client stopped responding or "

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "common/network.h"
+#include "common/thread_stats.h"
 
 extern char** environ;
 
@@ -102,22 +103,28 @@ void ProviderWatchdog::Watch() {
   using Clock = std::chrono::steady_clock;
   struct Seen {
     uint64_t started = 0, finished = 0;
-    Clock::time_point since;
+    ProgressClock inside;  // time inside the current call that counts
   };
   std::vector<Seen> seen(networks_.size());
+  auto last_tick = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, std::chrono::milliseconds(200));
     if (stop_) break;
     auto now = Clock::now();
+    double tick = std::chrono::duration<double>(now - last_tick).count();
+    last_tick = now;
     for (size_t i = 0; i < networks_.size(); ++i) {
       uint64_t started = networks_[i]->provider_calls_started();
       uint64_t finished = networks_[i]->provider_calls_finished();
       if (started != seen[i].started || finished != seen[i].finished || started == finished) {
-        seen[i] = Seen{started, finished, now};
-      } else if (std::chrono::duration<double>(now - seen[i].since).count() > stuck_seconds_) {
-        EndStuck(i);
+        seen[i] = Seen{started, finished, ProgressClock()};
+        continue;
       }
+      // Only time in which the caller ran or slept counts: one that got no
+      // core (common/thread_stats.h) is late, not stuck.
+      seen[i].inside.Tick(tick, SampleThread(networks_[i]->provider_caller()));
+      if (seen[i].inside.seconds() > stuck_seconds_) EndStuck(i);
     }
   }
 }

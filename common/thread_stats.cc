@@ -1,7 +1,9 @@
 #include "common/thread_stats.h"
 
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -42,6 +44,55 @@ ThreadUsage SampleThisThread() {
     std::fclose(f);
   }
   return usage;
+}
+
+int ThisThreadId() {
+  thread_local const int tid = static_cast<int>(syscall(SYS_gettid));
+  return tid;
+}
+
+ThreadSample SampleThread(int tid) {
+  ThreadSample sample;
+  if (tid <= 0) return sample;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return sample;
+  char line[1024];
+  bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  // "tid (comm) S ...": the name may hold spaces and parentheses, so the
+  // state is the first field after the last ')'.
+  const char* close = read ? std::strrchr(line, ')') : nullptr;
+  if (close == nullptr || close[1] != ' ') return sample;
+  char state = close[2];
+  sample.exists = true;
+  sample.runnable = state == 'R';
+  sample.stopped = state == 'T' || state == 't';
+  // Time on a CPU in nanoseconds (CONFIG_SCHED_INFO); else utime + stime.
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+  if (FILE* s = std::fopen(path, "r")) {
+    unsigned long long run = 0;
+    if (std::fscanf(s, "%llu", &run) == 1) sample.run_ns = run;
+    std::fclose(s);
+    return sample;
+  }
+  unsigned long long utime = 0, stime = 0;
+  // Fields 14 and 15 of stat; field 3 (the state) is at close + 2.
+  if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                  &stime) == 2) {
+    sample.run_ns =
+        (utime + stime) * (1000000000ull / static_cast<unsigned long long>(sysconf(_SC_CLK_TCK)));
+  }
+  return sample;
+}
+
+void ProgressClock::Tick(double tick_seconds, const ThreadSample& sample) {
+  bool ran = !have_last_ || sample.run_ns != last_run_ns_;
+  have_last_ = sample.exists;
+  last_run_ns_ = sample.run_ns;
+  bool starved = sample.exists && (sample.runnable || sample.stopped) && !ran;
+  if (!starved) seconds_ += tick_seconds;
 }
 
 }  // namespace tutorial

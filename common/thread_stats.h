@@ -19,4 +19,41 @@ struct ThreadUsage {
 // The calling thread's usage so far (a few microseconds: not for hot loops).
 ThreadUsage SampleThisThread();
 
+// The calling thread's kernel id (gettid), cached: cheap enough for every
+// provider call.
+int ThisThreadId();
+
+// What the kernel says of one thread of this process, for the watchdogs:
+// whether it exists, whether it is runnable (running, or waiting for a
+// core: state R), whether it is stopped (T, t: a debugger or SIGSTOP), and
+// the CPU time it has run so far.
+struct ThreadSample {
+  bool exists = false;
+  bool runnable = false;
+  bool stopped = false;
+  uint64_t run_ns = 0;
+};
+ThreadSample SampleThread(int tid);
+
+// Time a watchdog may count against a thread that has not moved. A watchdog
+// exists to notice a thread that cannot go on (one spinning on a lock a dead
+// peer holds, or blocked for good); a thread that simply got no core (a busy
+// machine, a virtual CPU the hypervisor did not run, a pinned thread sharing
+// its core with busier ones) or that a debugger stopped is not that, and the
+// time it spends so does not count. Fed one sample of the thread per tick.
+class ProgressClock {
+ public:
+  // Adds `tick_seconds` unless the thread was starved or stopped during the
+  // tick: runnable (or stopped) with no CPU time since the previous sample.
+  // A thread that is gone, or that the kernel does not describe, counts.
+  void Tick(double tick_seconds, const ThreadSample& sample);
+  void Reset() { *this = ProgressClock(); }
+  double seconds() const { return seconds_; }
+
+ private:
+  double seconds_ = 0;
+  bool have_last_ = false;
+  uint64_t last_run_ns_ = 0;
+};
+
 }  // namespace tutorial
