@@ -10,8 +10,10 @@
 // libfabric 1.17 (1.22 too, the code is the same) copies a message longer
 // than the receive posted for it in an endless loop, holding its own lock.
 // The ProviderWatchdog notices a provider call that has not returned for a
-// while and, with one line on stderr, either ends the process (exit code 1,
-// shm files removed) or, for a server, restarts it in place. What clients
+// while (time in which the calling thread got no core does not count:
+// common/thread_stats.h) and, with one line on stderr, either ends the
+// process (exit code 1, shm files removed) or, for a server, restarts it
+// in place. What clients
 // then find depends on the provider: the server's front door (the address
 // clients know, common/server.cc) is named on shm after the process id,
 // which execve keeps, so it comes back by itself; on tcp it takes back its
