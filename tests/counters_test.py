@@ -17,9 +17,11 @@ chapter's mechanism shows in them, whatever the speed:
   16+:   FI_THREAD_DOMAIN; 09-15: FI_THREAD_SAFE
   12+:   pinned writer threads do not migrate (where the kernel reports it)
 """
+import ctypes
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import tempfile
 import time
@@ -34,6 +36,14 @@ COMMON = ["--provider", "shm", "--memory", "host", "--gpus", "1", "--nics-per-gp
           "--buffer-size", str(1 << 20)]
 
 
+def own_session():
+    """In the child: a session of its own, as in two terminals (tests/process.cc
+    says why), dying with the test (outside the test's process group it
+    would outlive a test that Bazel kills on timeout)."""
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def run_chapter(chapter, tmp, common=COMMON, env=None, page_size=4096, pages=PAGES,
                 tag=""):
     """Server and client of one chapter; returns (server record, client output)."""
@@ -43,7 +53,8 @@ def run_chapter(chapter, tmp, common=COMMON, env=None, page_size=4096, pages=PAG
     server = subprocess.Popen(
         [str(RUNFILES / "chapters" / chapter / "server"), "--once", "--repeat", str(REPEAT),
          "--address-file", str(address), "--result-json", str(result)] + common,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        preexec_fn=own_session)
     try:
         deadline = time.monotonic() + 30
         while not (address.exists() and address.read_text().strip()):
@@ -54,7 +65,7 @@ def run_chapter(chapter, tmp, common=COMMON, env=None, page_size=4096, pages=PAG
             [str(RUNFILES / "chapters" / chapter / "client"), "--server",
              address.read_text().strip(), "--page-size", str(page_size), "--pages", str(pages),
              "--seed", "7", "--timeout", "60"] + common,
-            capture_output=True, text=True, timeout=90, env=env)
+            capture_output=True, text=True, timeout=90, env=env, preexec_fn=own_session)
         out, _ = server.communicate(timeout=30)
     finally:
         if server.poll() is None:
