@@ -1,7 +1,6 @@
 #include "common/thread_stats.h"
 
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,11 +43,6 @@ ThreadUsage SampleThisThread() {
     std::fclose(f);
   }
   return usage;
-}
-
-int ThisThreadId() {
-  thread_local const int tid = static_cast<int>(syscall(SYS_gettid));
-  return tid;
 }
 
 ThreadSample SampleThread(int tid) {
