@@ -42,7 +42,7 @@ class RandomFillClient {
   // late REJECT) cannot land in freed memory.
   ~RandomFillClient() {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) Recovery::CloseEndpoint(node_.net(g, n));
     }
     // However the client ends: a server killed with SIGKILL left its files.
     if (!server_address_.empty()) RemoveFilesOfDeadPeers(nic0_, {server_address_});
@@ -284,7 +284,7 @@ class RandomFillClient {
   // Gives queued sends up and waits a moment for those in flight; whatever
   // the provider still holds is detached.
   void DrainOrAbandon() {
-    nic0_.CancelQueuedTransmits();
+    Recovery::CancelQueuedTransmits(nic0_);
     auto deadline = Clock::now() + std::chrono::seconds(1);
     while (nic0_.outstanding_transmits() > 0 && Clock::now() < deadline) {
       try {
@@ -293,7 +293,7 @@ class RandomFillClient {
         break;
       }
     }
-    nic0_.DetachTransmits();
+    Recovery::DetachTransmits(nic0_);
   }
 
   int Verify(const RandomFillRequest& request, double seconds) {

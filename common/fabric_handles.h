@@ -29,11 +29,15 @@ struct FiInfoFree {
 };
 using FiInfoPtr = std::unique_ptr<fi_info, FiInfoFree>;
 
-// Throws RuntimeError("<what>: <libfabric's message>") when `ret` is an
-// error code (negative), so call sites stay one line long.
-inline void CheckFabric(long ret, const char* what) {
+// Throws RuntimeError when `ret` is an error code (negative), in fabtests'
+// form: the call, where it was made, the return code and fi_strerror
+// ("fi_cq_read(): common/network.cc:412, ret=-5 (Input/output error)").
+// The caller's file and line come by default, so call sites stay one line.
+inline void CheckFabric(long ret, const char* call, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
   if (ret < 0) {
-    throw RuntimeError(std::string(what) + ": " + fi_strerror(static_cast<int>(-ret)));
+    throw RuntimeError(std::string(call) + "(): " + file + ":" + std::to_string(line) + ", ret=" +
+                       std::to_string(ret) + " (" + fi_strerror(static_cast<int>(-ret)) + ")");
   }
 }
 

@@ -1,74 +1,22 @@
 #include "common/network.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <set>
-#include <thread>
 #include <utility>
 
-#include "common/cpu_ticks.h"
 #include "common/post_queue.h"
-#include "common/thread_stats.h"
+#include "common/recovery_nic.h"
 
 namespace tutorial {
 
-double TicksPerNanosecond() {
-  static const double ticks_per_ns = [] {
-    auto wall_start = std::chrono::steady_clock::now();
-    uint64_t start = ReadTicks();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    uint64_t end = ReadTicks();
-    double ns =
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - wall_start)
-            .count();
-    return ns > 0 ? static_cast<double>(end - start) / ns : 1.0;
-  }();
-  return ticks_per_ns;
-}
-
 uint32_t RequestedApiVersion() {
   return ApiVersionFor(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), fi_version());
-}
-
-NetworkCounters& NetworkCounters::operator+=(const NetworkCounters& o) {
-  writes += o.writes;
-  post_calls += o.post_calls;
-  doorbells += o.doorbells;
-  eagain += o.eagain;
-  cq_reads += o.cq_reads;
-  cq_empty_reads += o.cq_empty_reads;
-  cq_entries += o.cq_entries;
-  provider_ticks += o.provider_ticks;
-  op_allocations += o.op_allocations;
-  longest_write_run = std::max(longest_write_run, o.longest_write_run);
-  return *this;
-}
-
-NetworkCounters NetworkCounters::operator-(const NetworkCounters& o) const {
-  NetworkCounters d;
-  d.writes = writes - o.writes;
-  d.post_calls = post_calls - o.post_calls;
-  d.doorbells = doorbells - o.doorbells;
-  d.eagain = eagain - o.eagain;
-  d.cq_reads = cq_reads - o.cq_reads;
-  d.cq_empty_reads = cq_empty_reads - o.cq_empty_reads;
-  d.cq_entries = cq_entries - o.cq_entries;
-  d.provider_ticks = provider_ticks - o.provider_ticks;
-  d.op_allocations = op_allocations - o.op_allocations;
-  d.longest_write_run = longest_write_run;
-  return d;
 }
 
 namespace {
@@ -231,9 +179,9 @@ void Network::OpenEndpoint(const std::vector<uint8_t>* name) {
     CheckFabric(fi_setname(&ep_->fid, const_cast<uint8_t*>(name->data()), name->size()),
                 "fi_setname");
   }
-  CheckFabric(fi_ep_bind(ep_.get(), &eq_->fid, 0), "fi_ep_bind(eq)");
-  CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind(av)");
-  CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+  CheckFabric(fi_ep_bind(ep_.get(), &eq_->fid, 0), "fi_ep_bind");
+  CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind");
+  CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind");
   CheckFabric(fi_enable(ep_.get()), "fi_enable");
 
   size_t addrlen = 0;
@@ -258,18 +206,7 @@ void Network::CloseEndpoint() {
   CloseNow(cq_, name_, "completion queue");
   CloseNow(av_, name_, "address vector");
   // The provider holds no context of ours any more: give every op back.
-  while (live_ != nullptr) {
-    RdmaOp* op = live_;
-    Unlink(op);
-    if (options_.op_pool) {
-      op->callback = nullptr;
-      op->error_message.clear();
-      op->state = OpState::kFree;
-      free_ops_.push_back(op);
-    } else {
-      delete op;
-    }
-  }
+  while (live_ != nullptr) FreeOp(live_);
   pending_.clear();
   failed_.clear();
   outstanding_ = 0;
@@ -279,43 +216,9 @@ void Network::CloseEndpoint() {
   batch_open_ = false;
 }
 
-void Network::ResetEndpoint(bool keep_address) {
-  if (keep_address) {
-    ReopenAt(std::vector<uint8_t>(address_));
-    return;
-  }
-  Reopen(nullptr);
-  av_damaged_ = false;
-}
-
-void Network::ReopenAt(const std::vector<uint8_t>& address) {
-  Reopen(&address);
-  if (address_ != address) {
-    throw RuntimeError(name_ + ": the reopened endpoint did not take its address");
-  }
-  av_damaged_ = false;
-}
-
-void Network::Reopen(const std::vector<uint8_t>* address) {
-  if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-    throw RuntimeError(name_ +
-                       ": cannot reset the endpoint: the provider binds memory registrations "
-                       "to it (FI_MR_ENDPOINT)");
-  }
-  CloseEndpoint();
-  try {
-    OpenEndpoint(address);
-  } catch (const RuntimeError& e) {
-    throw RuntimeError(name_ +
-                       (address ? ": cannot reopen the endpoint at its address: "
-                                : ": cannot reopen the endpoint: ") +
-                       e.what());
-  }
-}
-
-double Network::link_gbps() const {
-  if (info_->nic == nullptr || info_->nic->link_attr == nullptr) return 0;
-  return static_cast<double>(info_->nic->link_attr->speed) / 1e9;
+double LinkGbps(const fi_info& info) {
+  if (info.nic == nullptr || info.nic->link_attr == nullptr) return 0;
+  return static_cast<double>(info.nic->link_attr->speed) / 1e9;
 }
 
 MemoryRegion Network::Register(const Buffer& buffer) {
@@ -373,96 +276,8 @@ MemoryRegion Network::Register(const Buffer& buffer) {
   return MemoryRegion(std::move(owned), remote_addr, buffer.size(), dmabuf);
 }
 
-namespace {
-
-// shm maps the peer's file when the address is inserted. When it cannot
-// (no such endpoint), 1.17 still takes the insert, and if the AV slot held
-// a peer before, fi_av_remove left that peer's id behind: the first write
-// then dereferences the missing mapping and the process dies (SIGSEGV).
-// So the endpoint must exist, and its process live, right before insert.
-void CheckShmPeerExists(const std::vector<uint8_t>& address) {
-  static const std::string kPrefix = "fi_shm://";
-  std::string name(reinterpret_cast<const char*>(address.data()));
-  std::string file =
-      name.compare(0, kPrefix.size(), kPrefix) == 0 ? name.substr(kPrefix.size()) : name;
-  if (file.empty() || file.find('/') != std::string::npos) {
-    throw RuntimeError("'" + name + "' is no shm endpoint name");
-  }
-  struct stat st {};
-  if (stat(("/dev/shm/" + file).c_str(), &st) != 0 || st.st_size == 0) {
-    throw RuntimeError("no shm endpoint '" + name + "' on this host");
-  }
-  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
-  char* end = nullptr;
-  long pid = std::strtol(file.c_str(), &end, 10);
-  if (end != file.c_str() && *end == ':' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 &&
-      errno == ESRCH) {
-    throw RuntimeError("the process of shm endpoint '" + name + "' is gone");
-  }
-}
-
-}  // namespace
-
-void Network::CheckPeerAddress(const std::vector<uint8_t>& address) const {
-  const std::string what = "address of " + std::to_string(address.size()) + " bytes";
-  if (address.empty()) throw RuntimeError("empty address");
-  switch (info_->addr_format) {
-    case FI_ADDR_STR: {
-      // shm reads the name up to its NUL, whatever length we pass.
-      if (address.size() < 2 || address.back() != 0) {
-        throw RuntimeError(what + " is not a NUL-terminated name, as " +
-                           info_->fabric_attr->prov_name + " addresses are");
-      }
-      for (size_t i = 0; i + 1 < address.size(); ++i) {
-        if (address[i] < 0x20 || address[i] > 0x7e) {
-          throw RuntimeError(what + " has a non-printable byte at offset " + std::to_string(i));
-        }
-      }
-      if (std::string(info_->fabric_attr->prov_name) == "shm") CheckShmPeerExists(address);
-      return;
-    }
-    case FI_SOCKADDR:
-    case FI_SOCKADDR_IN:
-    case FI_SOCKADDR_IN6: {
-      // The AV takes the length from the address family, and one address
-      // of another length poisons it for every later insert.
-      if (address.size() != address_.size()) {
-        throw RuntimeError(what + " is not a socket address like ours (" +
-                           std::to_string(address_.size()) + " bytes)");
-      }
-      sockaddr_storage theirs{}, ours{};
-      std::memcpy(&theirs, address.data(), std::min(address.size(), sizeof(theirs)));
-      std::memcpy(&ours, address_.data(), std::min(address_.size(), sizeof(ours)));
-      if (theirs.ss_family != ours.ss_family) {
-        throw RuntimeError(what + " has address family " + std::to_string(theirs.ss_family) +
-                           ", ours is " + std::to_string(ours.ss_family));
-      }
-      if (theirs.ss_family == AF_INET) {
-        const auto& in = reinterpret_cast<const sockaddr_in&>(theirs);
-        static const uint8_t kZero[sizeof(in.sin_zero)] = {};
-        if (in.sin_port == 0 || in.sin_addr.s_addr == htonl(INADDR_ANY) ||
-            std::memcmp(in.sin_zero, kZero, sizeof(kZero)) != 0) {
-          throw RuntimeError(what + " is no IPv4 destination (port 0, any-address or padding)");
-        }
-      } else if (theirs.ss_family == AF_INET6) {
-        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(theirs);
-        if (in6.sin6_port == 0 || IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr)) {
-          throw RuntimeError(what + " is no IPv6 destination (port 0 or any-address)");
-        }
-      }
-      return;
-    }
-    default:
-      // EFA and others: fixed-size binary addresses, as long as ours.
-      if (address.size() != address_.size()) {
-        throw RuntimeError(what + " does not have the provider's address length (" +
-                           std::to_string(address_.size()) + " bytes)");
-      }
-  }
-}
-
 fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
-  CheckPeerAddress(address);
+  Recovery::CheckPeerAddress(*this, address);  // the hook that cannot move
   fi_addr_t peer = FI_ADDR_UNSPEC;
   int inserted = fi_av_insert(av_.get(), address.data(), 1, &peer, 0, nullptr);
   if (inserted != 1 || peer == FI_ADDR_UNSPEC || peer == FI_ADDR_NOTAVAIL) {
@@ -475,52 +290,6 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
 }
 
 void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
-
-#ifndef TUTORIAL_NO_COUNTERS
-// Reading the clock around every call would cost more than some of the
-// calls; one call in kTimedCallEvery is timed and counts for all of them
-// (a prime, so that no loop's period of posts and polls hides in it).
-constexpr uint64_t kTimedCallEvery = 13;
-
-Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(0) {
-  uint64_t call = net_.calls_started_.load(std::memory_order_relaxed);
-  if (call % kTimedCallEvery == 0) start_ = ReadTicks();
-  net_.caller_tid_.store(ThisThreadId(), std::memory_order_relaxed);
-  Bump(net_.calls_started_);
-}
-
-Network::ProviderCall::~ProviderCall() {
-  if (start_ != 0) Count(net_.counters_.provider_ticks, (ReadTicks() - start_) * kTimedCallEvery);
-  Bump(net_.calls_finished_);
-}
-#else
-Network::ProviderCall::ProviderCall(Network& net) : net_(net), start_(0) {
-  net_.caller_tid_.store(ThisThreadId(), std::memory_order_relaxed);
-  Bump(net_.calls_started_);
-}
-
-Network::ProviderCall::~ProviderCall() { Bump(net_.calls_finished_); }
-#endif
-
-NetworkCounters Network::counters() const {
-  NetworkCounters c;
-  c.writes = counters_.writes.load(std::memory_order_relaxed);
-  c.post_calls = counters_.post_calls.load(std::memory_order_relaxed);
-  c.doorbells = counters_.doorbells.load(std::memory_order_relaxed);
-  c.eagain = counters_.eagain.load(std::memory_order_relaxed);
-  c.cq_reads = counters_.cq_reads.load(std::memory_order_relaxed);
-  c.cq_empty_reads = counters_.cq_empty_reads.load(std::memory_order_relaxed);
-  c.cq_entries = counters_.cq_entries.load(std::memory_order_relaxed);
-  c.provider_ticks = counters_.provider_ticks.load(std::memory_order_relaxed);
-  c.op_allocations = counters_.op_allocations.load(std::memory_order_relaxed);
-  c.longest_write_run = counters_.longest_write_run.load(std::memory_order_relaxed);
-  return c;
-}
-
-void Network::ResetPeaks() {
-  writes_since_cq_read_ = 0;
-  counters_.longest_write_run.store(0, std::memory_order_relaxed);
-}
 
 void Network::Link(RdmaOp* op) {
   op->prev = nullptr;
@@ -540,23 +309,10 @@ void Network::Unlink(RdmaOp* op) {
 }
 
 RdmaOp* Network::NewOp(OpType type) {
-  RdmaOp* op;
-  if (options_.op_pool) {
-    if (free_ops_.empty()) {
-      op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
-      Count(counters_.op_allocations);
-      for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
-    }
-    op = free_ops_.back();
-    free_ops_.pop_back();
-    op->error = 0;
-    op->received = 0;
-    op->user = 0;
-    op->handler = nullptr;
-  } else {
-    op = new RdmaOp;  // the series: one allocation per operation
-    Count(counters_.op_allocations);
-  }
+  bool allocated = !options_.op_pool || free_ops_.empty();
+  // The series: one allocation per operation; chapter 17: from the pool.
+  RdmaOp* op = options_.op_pool ? TakePooledOp() : new RdmaOp;
+  meter_.OpCreated(type == OpType::kWrite, allocated);
   op->type = type;
   op->state = OpState::kQueued;
   Link(op);
@@ -569,69 +325,81 @@ void Network::FreeOp(RdmaOp* op) {
   Unlink(op);
   --outstanding_;
   if (op->type == OpType::kRecv) --outstanding_recvs_;
-  if (!options_.op_pool) {
-    delete op;
-    return;
+  if (options_.op_pool) return ReturnPooledOp(op);
+  delete op;
+}
+
+RdmaOp* Network::TakePooledOp() {
+  if (free_ops_.empty()) {
+    op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
+    for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
   }
+  RdmaOp* op = free_ops_.back();
+  free_ops_.pop_back();
+  op->error = 0;
+  op->received = 0;
+  op->user = 0;
+  op->handler = nullptr;
+  return op;
+}
+
+void Network::ReturnPooledOp(RdmaOp* op) {
   op->callback = nullptr;
   if (!op->error_message.empty()) op->error_message.clear();
   op->state = OpState::kFree;
   free_ops_.push_back(op);
 }
 
+ssize_t Network::PostToProvider(RdmaOp* op, uint64_t more_flag) {
+  switch (op->type) {
+    case OpType::kRecv:
+      return meter_.Call(ProviderCall::kRecv, [&] {
+        return fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
+      });
+    case OpType::kSend:
+      return meter_.Call(ProviderCall::kSend, [&] {
+        return fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
+      });
+    case OpType::kWrite:
+      break;
+  }
+  // The WRITE, addressed as the series does: local buffer and its
+  // descriptor, the peer, and where in the peer's registration it lands.
+  const RdmaWrite& w = op->write;
+  iovec iov = {.iov_base = const_cast<void*>(w.local), .iov_len = w.length};
+  void* desc = w.local_desc;
+  fi_rma_iov rma = {.addr = w.remote_addr, .len = w.length, .key = w.remote_key};
+  fi_msg_rma msg = {
+      .msg_iov = &iov,
+      .desc = &desc,
+      .iov_count = 1,
+      .addr = w.peer,
+      .rma_iov = &rma,
+      .rma_iov_count = 1,
+      .context = &op->context,
+      .data = w.cq_data,
+  };
+  uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | more_flag;
+  return meter_.Call(
+      ProviderCall::kWrite, [&] { return fi_writemsg(ep_.get(), &msg, flags); }, flags);
+}
+
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
-  ssize_t ret = 0;
-  Count(counters_.post_calls);
-  {
-    ProviderCall call(*this);
-    switch (op->type) {
-      case OpType::kRecv:
-        ret = fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
-        break;
-      case OpType::kSend:
-        ret = fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
-        break;
-      case OpType::kWrite: {
-        const RdmaWrite& w = op->write;
-        iovec iov{const_cast<void*>(w.local), w.length};
-        void* desc = w.local_desc;
-        fi_rma_iov rma{w.remote_addr, w.length, w.remote_key};
-        fi_msg_rma msg{};
-        msg.msg_iov = &iov;
-        msg.desc = &desc;
-        msg.iov_count = 1;
-        msg.addr = w.peer;
-        msg.rma_iov = &rma;
-        msg.rma_iov_count = 1;
-        msg.context = &op->context;
-        msg.data = w.cq_data;
-        uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | more_flag;
-        ret = fi_writemsg(ep_.get(), &msg, flags);
-        break;
-      }
-    }
-  }
-  if (ret == -FI_EAGAIN) {
-    Count(counters_.eagain);
-    return ret;
-  }
+  ssize_t ret = PostToProvider(op, more_flag);
+  if (ret == -FI_EAGAIN) return ret;
   if (ret < 0) {
     // The caller hears of it as an error completion, at the next poll.
+    const char* call = op->type == OpType::kWrite  ? "fi_writemsg"
+                       : op->type == OpType::kSend ? "fi_send"
+                                                   : "fi_recv";
     op->error = static_cast<int>(-ret);
-    op->error_message = std::string(op->type == OpType::kWrite  ? "fi_writemsg"
-                                    : op->type == OpType::kSend ? "fi_send"
-                                                                : "fi_recv") +
-                        ": " + fi_strerror(op->error);
+    op->error_message = std::string(call) + ": " + fi_strerror(op->error);
     op->state = OpState::kFailed;
     failed_.push_back(op);
     return 0;
   }
   op->state = OpState::kPosted;
-  // Only a post the provider took rings the doorbell (EFA's and simnic's
-  // refused posts never reach the NIC).
-  if (more_flag == 0) Count(counters_.doorbells);
   if (op->type != OpType::kRecv) ++posted_transmits_;
-  if (op->type == OpType::kWrite) Count(counters_.writes);
   return 0;
 }
 
@@ -646,12 +414,6 @@ void Network::ProgressPendingOps() {
 }
 
 void Network::Enqueue(RdmaOp* op, bool lazy) {
-#ifndef TUTORIAL_NO_COUNTERS
-  if (op->type == OpType::kWrite &&
-      ++writes_since_cq_read_ > counters_.longest_write_run.load(std::memory_order_relaxed)) {
-    counters_.longest_write_run.store(writes_since_cq_read_, std::memory_order_relaxed);
-  }
-#endif
   pending_.push_back(op);
   if (!lazy) ProgressPendingOps();
 }
@@ -706,52 +468,9 @@ void Network::LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, 
   Enqueue(op, true);
 }
 
-void Network::CancelQueuedTransmits() {
-  std::deque<RdmaOp*> receives;
-  // A batch left open (chapter 18) holds WRITEs the NIC has not been told
-  // about: the first queued transmit stays, to be posted without FI_MORE
-  // by the next poll, so that the drain can see them complete.
-  bool keep_closer = batch_open_;
-  for (RdmaOp* op : pending_) {
-    if (op->type == OpType::kRecv || keep_closer) {
-      keep_closer = keep_closer && op->type == OpType::kRecv;
-      receives.push_back(op);
-      continue;
-    }
-    op->error = FI_ECANCELED;
-    op->error_message = fi_strerror(FI_ECANCELED);
-    op->state = OpState::kFailed;
-    failed_.push_back(op);
-  }
-  pending_.swap(receives);
-}
-
-size_t Network::DetachTransmits() {
-  auto forget_transmits = [this](std::deque<RdmaOp*>& queue) {
-    std::deque<RdmaOp*> receives;
-    for (RdmaOp* op : queue) {
-      if (op->type == OpType::kRecv) {
-        receives.push_back(op);
-      } else {
-        FreeOp(op);
-      }
-    }
-    queue.swap(receives);
-  };
-  forget_transmits(pending_);
-  forget_transmits(failed_);
-  for (RdmaOp* op = live_; op != nullptr; op = op->next) {
-    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
-    op->callback = nullptr;
-    op->handler = nullptr;
-    op->state = OpState::kDetached;
-    --outstanding_;
-    ++detached_;
-  }
-  return detached_;
-}
-
+// Every completion of ours, errors included, ends here.
 void Network::Complete(RdmaOp* op) {
+  transmits_done_ += op->type != OpType::kRecv;  // the transfer watch's progress
   if (op->callback) {
     op->callback(*this, *op);
   } else if (op->handler != nullptr) {
@@ -765,7 +484,6 @@ void Network::ReportFailed() {
   std::deque<RdmaOp*> failed;
   failed.swap(failed_);
   for (RdmaOp* op : failed) {
-    CountTransmit(*op);
     Complete(op);
     FreeOp(op);
   }
@@ -774,13 +492,12 @@ void Network::ReportFailed() {
 void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
   if (op->type != OpType::kRecv) --posted_transmits_;  // only posted ops complete here
   if (op->state == OpState::kDetached) {
-    // Nobody waits for it any more; the context may be given back now.
+    // Recovery detached it: nobody waits for it; give the context back.
     ++outstanding_;  // FreeOp counts it down again
     --detached_;
     FreeOp(op);
     return;
   }
-  CountTransmit(*op);
   if (op->type == OpType::kRecv) op->received = entry.len;
   // Callbacks may post new operations; the op is given back after.
   Complete(op);
@@ -789,15 +506,10 @@ void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
 
 void Network::HandleErrorCompletion() {
   fi_cq_err_entry err{};
-  ssize_t ret;
-  {
-    ProviderCall call(*this);
-    ret = fi_cq_readerr(cq_.get(), &err, 0);
-  }
-  if (ret < 0) {
-    if (ret == -FI_EAGAIN) return;
-    CheckFabric(ret, "fi_cq_readerr");
-  }
+  ssize_t ret =
+      meter_.Call(ProviderCall::kOther, [&] { return fi_cq_readerr(cq_.get(), &err, 0); });
+  if (ret == -FI_EAGAIN) return;
+  CheckFabric(ret, "fi_cq_readerr");
   // shm 1.17 reports some errors negated (-FI_ETRUNC); callers compare
   // with the positive codes.
   int error = err.err > 0 ? err.err : err.err < 0 ? -err.err : FI_EOTHER;
@@ -809,18 +521,12 @@ void Network::HandleErrorCompletion() {
   if (op == nullptr || (err.flags & FI_REMOTE_WRITE) != 0) {
     // No operation of ours: a failed remote write into our memory, or (shm
     // 1.17) one of our writes into a process that has died, which then
-    // never completes. Whoever watches the transfer decides.
-    Bump(orphan_errors_);
+    // never completes. Recovery's hook decides (common/recovery_nic.h).
     if (on_orphan_error_) on_orphan_error_(*this, message);
     return;
   }
-  if (op->state == OpState::kDetached) {
-    fi_cq_data_entry entry{};
-    HandleCompletion(op, entry);
-    return;
-  }
+  if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
   if (op->type != OpType::kRecv) --posted_transmits_;
-  CountTransmit(*op);
   op->error = error;
   op->error_message = std::move(message);
   if (op->type == OpType::kRecv) op->received = err.len;
@@ -829,31 +535,19 @@ void Network::HandleErrorCompletion() {
 }
 
 size_t Network::PollCompletion() {
-  size_t handled = 0;
-  if (!failed_.empty()) {
-    handled += failed_.size();
-    ReportFailed();
-  }
+  size_t handled = failed_.size();
+  if (!failed_.empty()) ReportFailed();
   fi_cq_data_entry entries[kCqReadCount];
   for (;;) {
-    ssize_t n;
-    {
-      ProviderCall call(*this);
-      n = fi_cq_read(cq_.get(), entries, kCqReadCount);
-    }
-    Count(counters_.cq_reads);
-    writes_since_cq_read_ = 0;
-    if (n == -FI_EAGAIN) {
-      Count(counters_.cq_empty_reads);
-      break;
-    }
+    ssize_t n = meter_.Call(ProviderCall::kCqRead,
+                            [&] { return fi_cq_read(cq_.get(), entries, kCqReadCount); });
+    if (n == -FI_EAGAIN) break;
     if (n == -FI_EAVAIL) {
       HandleErrorCompletion();
       ++handled;
       continue;
     }
     CheckFabric(n, "fi_cq_read");
-    Count(counters_.cq_entries, static_cast<uint64_t>(n));
     for (ssize_t i = 0; i < n; ++i) {
       const fi_cq_data_entry& entry = entries[i];
       if (IsRemoteWrite(entry)) {
@@ -870,21 +564,6 @@ size_t Network::PollCompletion() {
     transmit_completions_.store(transmits_done_, std::memory_order_relaxed);
   }
   return handled;
-}
-
-std::string Network::TakeEventError() {
-  uint32_t event = 0;
-  fi_eq_err_entry entry{};
-  ssize_t ret = fi_eq_read(eq_.get(), &event, &entry, sizeof(entry), 0);
-  if (ret == -FI_EAGAIN || ret >= 0) return "";  // nothing, or no error
-  if (ret != -FI_EAVAIL) return name_ + ": fi_eq_read: " + fi_strerror(static_cast<int>(-ret));
-  fi_eq_err_entry err{};
-  if (fi_eq_readerr(eq_.get(), &err, 0) < 0) return name_ + ": an unreadable event queue error";
-  int error = err.err < 0 ? -err.err : err.err;
-  std::string message = name_ + ": " + fi_strerror(error);
-  const char* detail = fi_eq_strerror(eq_.get(), err.prov_errno, err.err_data, nullptr, 0);
-  if (detail != nullptr && *detail) message += std::string(" (") + detail + ")";
-  return message;
 }
 
 }  // namespace tutorial

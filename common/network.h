@@ -8,23 +8,9 @@
 // chapter's choice (NetworkOptions): chapters 09-15 use the series'
 // mechanisms, and each chapter from 16 on switches one of ours on.
 //
-// When a peer dies, providers differ (measured with libfabric 1.17):
-//   tcp  fails every write in flight with an error completion that names
-//        the operation, then answers -FI_EAGAIN to new posts for that peer.
-//   shm  reports writes into a dead process as errors that name no
-//        operation (an "orphan" error), keeps others in flight forever, or
-//        answers -FI_EAGAIN forever once the dead peer's queue is full;
-//        neither fi_cancel nor fi_av_remove flushes them.
-// So a Network can cancel what it still queues itself, detach what the
-// provider keeps (no callback can then reach a caller that is gone), and
-// reset its endpoint, which makes the provider forget everything.
-// Two shm hazards no Network can undo, only avoid or outlast: an address
-// inserted for a process that does not exist crashes the first write once
-// fi_av_remove has left a stale peer behind (so AddPeer checks the peer
-// exists), and a thread can spin forever inside shm on a dead or stopped
-// peer's lock (so ProviderWatchdog, common/shutdown.h, watches the calls).
-// What the programs do about all this (watch, drain, rebuild, and the shm
-// 1.17 bugs behind it) lives in common/recovery.h.
+// What a Network does when a peer dies lives in common/recovery_nic.h (a
+// friend that reaches into it); why, provider by provider, in
+// docs/provider-failures.md.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -39,6 +25,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/call_meter.h"
 #include "common/fabric_handles.h"
 
 namespace tutorial {
@@ -188,31 +175,13 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options);
 // explanation when there is none.
 std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions& options = {});
 
-// What a Network counted: exact, on any provider. Only the Network's own
-// thread writes them; relaxed atomics let a watcher read them safely.
-struct NetworkCounters {
-  uint64_t writes = 0;          // WRITEs the provider accepted
-  uint64_t post_calls = 0;      // calls to post anything (accepted or not)
-  uint64_t doorbells = 0;       // ...of them without FI_MORE (each rings the NIC)
-  uint64_t eagain = 0;          // posts refused with -FI_EAGAIN
-  uint64_t cq_reads = 0;        // fi_cq_read calls
-  uint64_t cq_empty_reads = 0;  // ...that found nothing
-  uint64_t cq_entries = 0;      // completions they returned
-  uint64_t provider_ticks = 0;  // time inside those calls (ReadTicks units,
-                                // sampled: one call in 13 is timed)
-  uint64_t op_allocations = 0;  // heap allocations for operation contexts
-  // The most WRITEs the writer handed one NIC (PostWrite calls, whether
-  // the provider took them at once or later) between two reads of its CQ.
-  // A peak, not a sum: adding takes the larger, a difference keeps the
-  // later value (counted since ResetPeaks).
-  uint64_t longest_write_run = 0;
-
-  NetworkCounters& operator+=(const NetworkCounters& o);
-  NetworkCounters operator-(const NetworkCounters& o) const;
-};
-
 // "auto" resolves to "efa" when libfabric finds an EFA device, else "tcp".
 std::string ResolveProvider(const std::string& requested);
+
+// A NIC's link speed in Gbps as the provider reports it, 0 when unknown.
+double LinkGbps(const fi_info& info);
+
+class Recovery;  // common/recovery_nic.h
 
 // Aligned to a cache line: each writer thread owns its NICs, and the
 // counters it writes must not share a line with a neighbour's NIC.
@@ -226,21 +195,16 @@ class alignas(64) Network {
   const fi_info& info() const { return *info_; }
   const std::string& name() const { return name_; }
   const std::vector<uint8_t>& address() const { return address_; }
-  // Link speed in Gbps as the provider reports it, 0 when unknown.
-  double link_gbps() const;
+  const NetworkOptions& options() const { return options_; }
 
   MemoryRegion Register(const Buffer& buffer);
 
   // Peers go into the address vector before any operation names them.
-  // AddPeer first checks the address against the provider's format (a
-  // malformed one would make the provider read past it, and one failed
-  // insert leaves tcp;ofi_rxm 1.17's AV refusing every later insert) and
-  // throws RuntimeError in one line. A failed insert marks the Network for
-  // ResetEndpoint().
+  // The address is checked first (Recovery::CheckPeerAddress): a malformed
+  // one would make the provider read past it or poison its AV. Throws
+  // RuntimeError in one line.
   fi_addr_t AddPeer(const std::vector<uint8_t>& address);
   void RemovePeer(fi_addr_t peer);
-  // Throws RuntimeError when `address` is not one this provider can insert.
-  void CheckPeerAddress(const std::vector<uint8_t>& address) const;
 
   // The series' posting discipline: the operation joins the NIC's pending
   // queue, and the queue is posted at once, in order, until the provider
@@ -256,9 +220,8 @@ class alignas(64) Network {
   void PostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
   void LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
 
+  // Called for every remote write into our memory that carried CQ data.
   void OnRemoteWrite(RemoteWriteCallback callback) { on_remote_write_ = std::move(callback); }
-  // Runs on the polling thread; an empty callback removes the hook.
-  void OnOrphanError(OrphanErrorCallback callback) { on_orphan_error_ = std::move(callback); }
 
   // Reports operations that failed before the provider took them, reads the
   // completion queue (kCqReadCount entries at a time, until it is empty),
@@ -267,85 +230,29 @@ class alignas(64) Network {
   // handled. A post the provider refuses outright becomes an error
   // completion of that operation, never an exception.
   size_t PollCompletion();
-  static constexpr size_t kCqReadCount = 16;  // the series' fi_cq_read size
 
-  // The provider's asynchronous errors (the endpoint's event queue): "" when
-  // there are none, else one line. Without a bound EQ the efa fabric
-  // abort()s on errors of its own internal operations (efa_base_ep.c).
-  // Safe to call from a watching thread.
-  std::string TakeEventError();
-
-  const NetworkOptions& options() const { return options_; }
-  // A copy of the counters; safe from any thread.
-  NetworkCounters counters() const;
-  // The endpoint's event queue, for tests that play the provider's part.
-  fid_eq* event_queue_for_testing() { return eq_.get(); }
-
-  // Sends and writes still in our queue fail with FI_ECANCELED, reported by
-  // the next PollCompletion(). Receives stay queued, and so does the post
-  // that closes a batch left open with FI_MORE (chapter 18).
-  void CancelQueuedTransmits();
-  // Forgets every send and write not yet completed, without calling back:
-  // queued ones at once; those the provider holds are detached (their
-  // contexts stay allocated until the provider lets go, or the endpoint is
-  // reset). Returns how many the provider still holds.
-  size_t DetachTransmits();
-  // Closes the endpoint, its completion queue and address vector, and
-  // opens new ones on the same domain, so registrations stay valid. Every
-  // operation is forgotten without a callback (posted receives too: post
-  // them again) and every peer is gone. With `keep_address` the endpoint
-  // takes its old address again (fi_setname) and RuntimeError is thrown
-  // when the provider cannot.
-  void ResetEndpoint(bool keep_address);
-  // The same, taking `address` (a restarted server takes back the address
-  // its clients know). Throws RuntimeError when the provider cannot.
-  void ReopenAt(const std::vector<uint8_t>& address);
-  // Closes the endpoint, completion queue and address vector now, before
-  // memory registered with them is freed; the domain stays for the
-  // registrations still open. Nothing may be posted afterwards.
-  void CloseEndpoint();
-  // True when the provider still holds detached operations or the address
-  // vector refused an insert: only ResetEndpoint() makes the NIC whole.
-  bool needs_reset() const { return detached_ > 0 || av_damaged_; }
-  size_t detached() const { return detached_; }
-
-  // Sends and writes completed so far, errors included (receives do not
-  // count, so a flood of messages cannot hide a transfer that stopped), and
-  // error completions that named no operation. Safe to read from any
-  // thread: a watchdog's view of progress.
-  uint64_t transmit_completions() const {
-    return transmit_completions_.load(std::memory_order_relaxed);
-  }
-  uint64_t orphan_errors() const { return orphan_errors_.load(std::memory_order_relaxed); }
-  // Calls into the provider (posts and polls) begun and finished: a thread
-  // inside one has started != finished, and a watchdog that sees the pair
-  // frozen so knows it is stuck there.
-  // The thread that made the latest provider call (a kernel thread id).
-  int provider_caller() const { return caller_tid_.load(std::memory_order_relaxed); }
-  uint64_t provider_calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
-  uint64_t provider_calls_finished() const {
-    return calls_finished_.load(std::memory_order_relaxed);
-  }
-
-  // Operations posted and not yet completed (pending ones included).
-  size_t outstanding() const { return outstanding_; }
-  // Sends and writes the provider holds: what the transmit queue holds.
-  size_t posted_transmits() const { return posted_transmits_; }
-  // Starts the peak counters (longest_write_run) afresh, for a new transfer.
-  // Call it from the thread that uses the Network, or before that starts.
-  void ResetPeaks();
-  // Operations waiting in our queue for the provider to take them.
+  // Operations waiting in our queue for the provider to take them: the
+  // writer's in-flight window is measured on it (NetworkGroup).
   size_t pending() const { return pending_.size(); }
   // Sends and writes not yet completed: what must drain before the peer's
   // address may be removed. (Posted receives wait for new peers and stay.)
   size_t outstanding_transmits() const { return outstanding_ - outstanding_recvs_; }
 
+  // Instrumentation: every provider call goes through it (counters,
+  // watchdogs). Not part of the path a chapter reads.
+  CallMeter& meter() { return meter_; }
+
  private:
-  // Closes the endpoint and opens a new one (at `address` when given).
-  void Reopen(const std::vector<uint8_t>* address);
+  friend class Recovery;
+  static constexpr size_t kCqReadCount = 16;  // the series' fi_cq_read size
+
   void OpenEndpoint(const std::vector<uint8_t>* name);
+  // Closes the endpoint, CQ and AV and gives back every operation.
+  void CloseEndpoint();
   RdmaOp* NewOp(OpType type);
   void FreeOp(RdmaOp* op);
+  RdmaOp* TakePooledOp();  // chapter 17
+  void ReturnPooledOp(RdmaOp* op);
   void Link(RdmaOp* op);
   void Unlink(RdmaOp* op);
   // The op joins the pending queue (and, unless lazy, the queue is posted).
@@ -355,43 +262,19 @@ class alignas(64) Network {
   // Hands `op` to the provider; -FI_EAGAIN or 0. A hard error marks the op
   // failed and queues it for the next poll (and counts as taken).
   ssize_t Submit(RdmaOp* op, uint64_t more_flag);
+  ssize_t PostToProvider(RdmaOp* op, uint64_t more_flag);
   void ReportFailed();
   void Complete(RdmaOp* op);
   void HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry);
   void HandleErrorCompletion();
-  void CountTransmit(const RdmaOp& op) { transmits_done_ += op.type != OpType::kRecv; }
-  // One writer (the thread using the Network), readers anywhere: a relaxed
-  // load and store compile to a plain add and keep the reads well-defined.
-  static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
-    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
-  }
-  // The NetworkCounters. Built with -DTUTORIAL_NO_COUNTERS they vanish, so
-  // their own cost can be measured (docs/README.md, "Counters").
-  static void Count(std::atomic<uint64_t>& counter, uint64_t by = 1) {
-#ifndef TUTORIAL_NO_COUNTERS
-    Bump(counter, by);
-#else
-    (void)counter;
-    (void)by;
-#endif
-  }
-  // Brackets one call into the provider: the watchdog sees a thread inside
-  // one, and the counters get the time it took.
-  class ProviderCall {
-   public:
-    explicit ProviderCall(Network& net);
-    ~ProviderCall();
-
-   private:
-    Network& net_;
-    uint64_t start_;
-  };
 
   FiInfoPtr info_;
   NetworkOptions options_;
   std::string name_;
   FidPtr<fid_fabric> fabric_;
   FidPtr<fid_domain> domain_;
+  // Bound to the endpoint: without an EQ the efa fabric abort()s on errors
+  // of its own internal operations (efa_base_ep.c). Recovery reads it.
   FidPtr<fid_eq> eq_;
   FidPtr<fid_cq> cq_;
   FidPtr<fid_av> av_;
@@ -413,22 +296,19 @@ class alignas(64) Network {
   size_t outstanding_recvs_ = 0;
   size_t posted_transmits_ = 0;
   bool batch_open_ = false;  // the last accepted post carried FI_MORE
+  RemoteWriteCallback on_remote_write_;
+
+  // Recovery's state (common/recovery_nic.h): the hook for error
+  // completions that name no operation, operations detached from their
+  // callers, an AV that refused an insert, and transmits completed (the
+  // transfer watch's view of progress: one writer, readers anywhere).
+  OrphanErrorCallback on_orphan_error_;
   size_t detached_ = 0;
   bool av_damaged_ = false;
-  RemoteWriteCallback on_remote_write_;
-  OrphanErrorCallback on_orphan_error_;
   uint64_t transmits_done_ = 0;  // published as transmit_completions_ per poll
   std::atomic<uint64_t> transmit_completions_{0};
-  std::atomic<uint64_t> orphan_errors_{0};
-  std::atomic<uint64_t> calls_started_{0};
-  std::atomic<uint64_t> calls_finished_{0};
-  std::atomic<int> caller_tid_{0};
-  struct {
-    std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
-        cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0},
-        longest_write_run{0};
-  } counters_;
-  uint64_t writes_since_cq_read_ = 0;
+
+  CallMeter meter_;
 };
 
 }  // namespace tutorial

@@ -154,7 +154,7 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
 
 double Node::link_gbps() const {
   double total = 0;
-  for (const auto& net : networks_) total += net->link_gbps();
+  for (const auto& net : networks_) total += LinkGbps(net->info());
   return total;
 }
 

@@ -47,7 +47,7 @@ std::string ShmFileName(const std::vector<uint8_t>& address) {
 
 bool DrainTransmits(Node& node, double seconds) {
   constexpr double kIdleSeconds = 1.0;
-  ForEachNetOf(node, [](size_t, size_t, Network& net) { net.CancelQueuedTransmits(); });
+  ForEachNetOf(node, [](size_t, size_t, Network& net) { Recovery::CancelQueuedTransmits(net); });
   auto start = Clock::now();
   auto last_progress = start;
   for (;;) {
@@ -66,7 +66,7 @@ bool DrainTransmits(Node& node, double seconds) {
     if (handled > 0) last_progress = now;
     if (std::chrono::duration<double>(now - start).count() > seconds ||
         std::chrono::duration<double>(now - last_progress).count() > kIdleSeconds) {
-      ForEachNetOf(node, [](size_t, size_t, Network& net) { net.DetachTransmits(); });
+      ForEachNetOf(node, [](size_t, size_t, Network& net) { Recovery::DetachTransmits(net); });
       return false;
     }
   }
@@ -75,7 +75,7 @@ bool DrainTransmits(Node& node, double seconds) {
 TransferWatch::TransferWatch(Node& node, double stall_seconds)
     : node_(node), stall_seconds_(stall_seconds) {
   ForEachNet([this](size_t, size_t, Network& net) {
-    net.OnOrphanError([this](Network& failed, const std::string& error) {
+    Recovery::OnOrphanError(net, [this](Network& failed, const std::string& error) {
       Abandon(failed.name() + " reported a failed write without naming it (" + error +
               "); the client is likely gone");
     });
@@ -91,7 +91,7 @@ void TransferWatch::Stop() {
   }
   wake_.notify_all();
   thread_.join();
-  ForEachNet([](size_t, size_t, Network& net) { net.OnOrphanError(nullptr); });
+  ForEachNet([](size_t, size_t, Network& net) { Recovery::OnOrphanError(net, nullptr); });
 }
 
 std::string TransferWatch::reason() const {
@@ -106,7 +106,7 @@ void TransferWatch::ForEachNet(F&& f) {
 
 uint64_t TransferWatch::Completions() {
   uint64_t sum = 0;
-  ForEachNet([&sum](size_t, size_t, Network& net) { sum += net.transmit_completions(); });
+  ForEachNet([&sum](size_t, size_t, Network& net) { sum += Recovery::TransmitCompletions(net); });
   return sum;
 }
 
@@ -133,7 +133,7 @@ void TransferWatch::Watch() {
     wake_.wait_for(lock, std::chrono::milliseconds(50));
     // The provider's asynchronous errors (EFA's internal operations).
     ForEachNet([this](size_t, size_t, Network& net) {
-      std::string error = net.TakeEventError();
+      std::string error = Recovery::TakeEventError(net);
       if (!error.empty()) Abandon("the provider reported an error: " + error);
     });
     uint64_t now_completed = Completions();
@@ -148,7 +148,7 @@ void TransferWatch::Watch() {
     size_t i = 0;
     double stall = stall_seconds_ + 1;
     ForEachNet([&](size_t, size_t, Network& net) {
-      stalled[i].Tick(tick, SampleThread(net.provider_caller()));
+      stalled[i].Tick(tick, SampleThread(net.meter().caller()));
       stall = std::min(stall, stalled[i++].seconds());
     });
     if (stall > stall_seconds_) {
@@ -169,11 +169,11 @@ bool KeepsAddressOnRebuild(const std::string& provider) {
 std::string RebuildNetworks(Node& node) {
   size_t undrained = 0;
   ForEachNetOf(node, [&](size_t g, size_t n, Network& net) {
-    undrained += net.detached();
+    undrained += Recovery::Detached(net);
     // A new address: no client needs a data endpoint's (they know the
     // server's front door), and no provider has to take an old one back.
     try {
-      net.ResetEndpoint(/*keep_address=*/false);
+      Recovery::ResetEndpoint(net, /*keep_address=*/false);
     } catch (const RuntimeError& e) {
       throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
                          "; restart the server");
@@ -224,10 +224,10 @@ void TakeBackAddressAfterRestart(Network& front_door) {
   if (!KeepsAddressOnRebuild(front_door.info().fabric_attr->prov_name)) return;
   try {
     std::vector<uint8_t> address = FromHex(hex);
-    if (address != front_door.address()) front_door.ReopenAt(address);
+    if (address != front_door.address()) Recovery::ReopenAt(front_door, address);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
-    front_door.ResetEndpoint(/*keep_address=*/false);
+    Recovery::ResetEndpoint(front_door, /*keep_address=*/false);
   }
 }
 

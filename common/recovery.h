@@ -46,6 +46,7 @@
 
 #include "common/network.h"
 #include "common/node.h"
+#include "common/recovery_nic.h"
 
 namespace tutorial {
 

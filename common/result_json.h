@@ -2,9 +2,8 @@
 // given by --result-json: what tools/compare reads to build its tables.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tutorial {
 

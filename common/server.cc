@@ -67,14 +67,14 @@ ThreadUsage WriteJob::thread_usage() const {
 NetworkCounters SumCounters(Node& node) {
   NetworkCounters sum;
   for (size_t g = 0; g < node.num_gpus(); ++g) {
-    for (size_t n = 0; n < node.nics_per_gpu(); ++n) sum += node.net(g, n).counters();
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) sum += node.net(g, n).meter().counters();
   }
   return sum;
 }
 
 NetworkCounters StartCounting(Node& node) {
   for (size_t g = 0; g < node.num_gpus(); ++g) {
-    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).ResetPeaks();
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).meter().ResetPeaks();
   }
   return SumCounters(node);
 }
@@ -143,9 +143,9 @@ class RandomFillServer {
   // registration or buffer (ours here, the node's after us) goes away, so
   // nothing can arrive in freed memory.
   ~RandomFillServer() {
-    front_door_.CloseEndpoint();
+    Recovery::CloseEndpoint(front_door_);
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).CloseEndpoint();
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) Recovery::CloseEndpoint(node_.net(g, n));
     }
   }
 
@@ -283,7 +283,8 @@ class RandomFillServer {
     for (size_t i = 0; i < connect.nic_addresses.size(); ++i) {
       const std::vector<uint8_t>& address = connect.nic_addresses[i];
       try {
-        node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()).CheckPeerAddress(address);
+        Recovery::CheckPeerAddress(node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()),
+                                   address);
       } catch (const RuntimeError& e) {
         throw ProtocolError("CONNECT: NIC " + std::to_string(i) + ": " + e.what());
       }
@@ -341,12 +342,12 @@ class RandomFillServer {
   // Returns "" or a note for the caller's one-line report.
   std::string Recover(bool always) {
     std::string note;
-    if (front_door_.needs_reset()) {
+    if (Recovery::NeedsReset(front_door_)) {
       const std::vector<uint8_t> before = front_door_.address();
       try {
-        front_door_.ResetEndpoint(KeepsAddressOnRebuild(node_.fabric().provider));
+        Recovery::ResetEndpoint(front_door_, KeepsAddressOnRebuild(node_.fabric().provider));
       } catch (const RuntimeError&) {
-        front_door_.ResetEndpoint(/*keep_address=*/false);
+        Recovery::ResetEndpoint(front_door_, /*keep_address=*/false);
       }
       PostReceives();  // the old endpoint took the posted ones with it
       note = "; rebuilt the front door";
@@ -357,7 +358,8 @@ class RandomFillServer {
     }
     bool needed = always;
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) needed |= node_.net(g, n).needs_reset();
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n)
+        needed |= Recovery::NeedsReset(node_.net(g, n));
     }
     if (needed) note += RebuildNetworks(node_);
     return note;
@@ -388,9 +390,9 @@ class RandomFillServer {
     std::string note;
     if (!done) {
       // `done` lives on this stack: nothing may call back once we return.
-      front_door_.CancelQueuedTransmits();
+      Recovery::CancelQueuedTransmits(front_door_);
       front_door_.PollCompletion();
-      if (!done) front_door_.DetachTransmits();
+      if (!done) Recovery::DetachTransmits(front_door_);
       note = "; the REJECT was not taken within 2 s";
     }
     front_door_.RemovePeer(peer);
@@ -485,7 +487,8 @@ class RandomFillServer {
       } catch (const std::exception& e) {
         // The writer is gone without a drain: its callbacks must never run.
         for (size_t g = 0; g < node_.num_gpus(); ++g) {
-          for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).DetachTransmits();
+          for (size_t n = 0; n < node_.nics_per_gpu(); ++n)
+            Recovery::DetachTransmits(node_.net(g, n));
         }
         outcome.ok = false;
         outcome.error = e.what();

@@ -115,15 +115,15 @@ void ProviderWatchdog::Watch() {
     double tick = std::chrono::duration<double>(now - last_tick).count();
     last_tick = now;
     for (size_t i = 0; i < networks_.size(); ++i) {
-      uint64_t started = networks_[i]->provider_calls_started();
-      uint64_t finished = networks_[i]->provider_calls_finished();
+      uint64_t started = networks_[i]->meter().started();
+      uint64_t finished = networks_[i]->meter().finished();
       if (started != seen[i].started || finished != seen[i].finished || started == finished) {
         seen[i] = Seen{started, finished, ProgressClock()};
         continue;
       }
       // Only time in which the caller ran or slept counts: one that got no
       // core (common/thread_stats.h) is late, not stuck.
-      seen[i].inside.Tick(tick, SampleThread(networks_[i]->provider_caller()));
+      seen[i].inside.Tick(tick, SampleThread(networks_[i]->meter().caller()));
       if (seen[i].inside.seconds() > stuck_seconds_) EndStuck(i);
     }
   }

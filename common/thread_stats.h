@@ -23,7 +23,7 @@ struct ThreadUsage {
 ThreadUsage SampleThisThread();
 
 // The calling thread's kernel id (gettid), cached per thread and inline:
-// it is read on every provider call (Network::ProviderCall).
+// it is read on every provider call (CallMeter::Call, common/call_meter.h).
 inline int ThisThreadId() {
   thread_local const int tid = static_cast<int>(syscall(SYS_gettid));
   return tid;

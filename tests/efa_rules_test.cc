@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/network.h"
+#include "common/recovery_nic.h"
 
 namespace tutorial {
 namespace {
@@ -102,17 +103,17 @@ TEST(EfaRulesTest, RegistrationsAllowMessagesAndRma) {
 TEST(EfaRulesTest, TheEventQueueIsBoundAndItsErrorsReported) {
   auto infos = FindNics(FabricChoice{"shm", MemoryKind::kHost, ""});
   Network net(*infos[0]);
-  ASSERT_NE(net.event_queue_for_testing(), nullptr);
-  EXPECT_EQ(net.TakeEventError(), "");
+  ASSERT_NE(Recovery::EventQueueForTesting(net), nullptr);
+  EXPECT_EQ(Recovery::TakeEventError(net), "");
   fi_eq_err_entry err{};
   err.err = FI_EIO;
-  ssize_t written =
-      fi_eq_write(net.event_queue_for_testing(), FI_NOTIFY, &err, sizeof(err), kUtilFlagError);
+  ssize_t written = fi_eq_write(Recovery::EventQueueForTesting(net), FI_NOTIFY, &err, sizeof(err),
+                                kUtilFlagError);
   ASSERT_EQ(written, static_cast<ssize_t>(sizeof(err)));
-  std::string reported = net.TakeEventError();
+  std::string reported = Recovery::TakeEventError(net);
   EXPECT_NE(reported.find(fi_strerror(FI_EIO)), std::string::npos) << reported;
   EXPECT_NE(reported.find(net.name()), std::string::npos) << reported;
-  EXPECT_EQ(net.TakeEventError(), "");
+  EXPECT_EQ(Recovery::TakeEventError(net), "");
 }
 
 }  // namespace

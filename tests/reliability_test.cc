@@ -25,6 +25,7 @@
 #include "common/errors.h"
 #include "common/messages.h"
 #include "common/network.h"
+#include "common/recovery_nic.h"
 #include "tests/process.h"
 
 namespace tutorial::testing {
@@ -237,7 +238,7 @@ class RawSender {
     server_ = net_.AddPeer(server_address);
     for (size_t slot = 0; slot < kReplySlots; ++slot) ListenForReply(slot);
   }
-  ~RawSender() { net_.CloseEndpoint(); }  // before the buffers go
+  ~RawSender() { Recovery::CloseEndpoint(net_); }  // before the buffers go
 
   const std::vector<uint8_t>& address() const { return net_.address(); }
 
@@ -254,9 +255,9 @@ class RawSender {
     auto deadline = SteadyClock::now() + std::chrono::seconds(10);
     while (!done && SteadyClock::now() < deadline) net_.PollCompletion();
     if (!done) {
-      net_.CancelQueuedTransmits();
+      Recovery::CancelQueuedTransmits(net_);
       net_.PollCompletion();
-      net_.DetachTransmits();  // `done` lives on this stack
+      Recovery::DetachTransmits(net_);  // `done` lives on this stack
     }
     return ok;
   }
@@ -817,9 +818,9 @@ TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
   Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
   MemoryRegion region = net.Register(buffer);
   std::vector<uint8_t> old_address = net.address();
-  net.ResetEndpoint(/*keep_address=*/true);
+  Recovery::ResetEndpoint(net, /*keep_address=*/true);
   EXPECT_EQ(net.address(), old_address);
-  EXPECT_FALSE(net.needs_reset());
+  EXPECT_FALSE(Recovery::NeedsReset(net));
 
   size_t received = 0;
   net.PostRecv(buffer.data(), kMaxMessageSize, region.desc(), [&](Network&, RdmaOp& op) {
@@ -839,7 +840,7 @@ TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
   const auto* data = static_cast<const uint8_t*>(buffer.data());
   EXPECT_EQ(PeekMessageType(data, received), MessageType::kConnect);
   EXPECT_NO_THROW(DecodeConnect(data, received));
-  net.CloseEndpoint();
+  Recovery::CloseEndpoint(net);
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, ReliabilityTest, ::testing::Values("shm", "tcp"),

@@ -1,0 +1,203 @@
+// Recovery for one NIC (see recovery_nic.h); why each piece exists:
+// docs/provider-failures.md.
+#include "common/recovery_nic.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <rdma/fi_cm.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+namespace tutorial {
+
+void Recovery::ResetEndpoint(Network& net, bool keep_address) {
+  if (keep_address) {
+    ReopenAt(net, std::vector<uint8_t>(net.address_));
+    return;
+  }
+  Reopen(net, nullptr);
+  net.av_damaged_ = false;
+}
+
+void Recovery::ReopenAt(Network& net, const std::vector<uint8_t>& address) {
+  Reopen(net, &address);
+  if (net.address_ != address) {
+    throw RuntimeError(net.name_ + ": the reopened endpoint did not take its address");
+  }
+  net.av_damaged_ = false;
+}
+
+void Recovery::Reopen(Network& net, const std::vector<uint8_t>* address) {
+  if (net.info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    throw RuntimeError(net.name_ +
+                       ": cannot reset the endpoint: the provider binds memory registrations "
+                       "to it (FI_MR_ENDPOINT)");
+  }
+  net.CloseEndpoint();
+  try {
+    net.OpenEndpoint(address);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(net.name_ +
+                       (address ? ": cannot reopen the endpoint at its address: "
+                                : ": cannot reopen the endpoint: ") +
+                       e.what());
+  }
+}
+
+namespace {
+
+// shm maps the peer's file when the address is inserted. When it cannot
+// (no such endpoint), 1.17 still takes the insert, and if the AV slot held
+// a peer before, fi_av_remove left that peer's id behind: the first write
+// then dereferences the missing mapping and the process dies (SIGSEGV).
+// So the endpoint must exist, and its process live, right before insert.
+void CheckShmPeerExists(const std::vector<uint8_t>& address) {
+  static const std::string kPrefix = "fi_shm://";
+  std::string name(reinterpret_cast<const char*>(address.data()));
+  std::string file =
+      name.compare(0, kPrefix.size(), kPrefix) == 0 ? name.substr(kPrefix.size()) : name;
+  if (file.empty() || file.find('/') != std::string::npos) {
+    throw RuntimeError("'" + name + "' is no shm endpoint name");
+  }
+  struct stat st {};
+  if (stat(("/dev/shm/" + file).c_str(), &st) != 0 || st.st_size == 0) {
+    throw RuntimeError("no shm endpoint '" + name + "' on this host");
+  }
+  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
+  char* end = nullptr;
+  long pid = std::strtol(file.c_str(), &end, 10);
+  if (end != file.c_str() && *end == ':' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 &&
+      errno == ESRCH) {
+    throw RuntimeError("the process of shm endpoint '" + name + "' is gone");
+  }
+}
+
+}  // namespace
+
+void Recovery::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& address) {
+  const std::string what = "address of " + std::to_string(address.size()) + " bytes";
+  if (address.empty()) throw RuntimeError("empty address");
+  switch (net.info_->addr_format) {
+    case FI_ADDR_STR: {
+      // shm reads the name up to its NUL, whatever length we pass.
+      if (address.size() < 2 || address.back() != 0) {
+        throw RuntimeError(what + " is not a NUL-terminated name, as " +
+                           net.info_->fabric_attr->prov_name + " addresses are");
+      }
+      for (size_t i = 0; i + 1 < address.size(); ++i) {
+        if (address[i] < 0x20 || address[i] > 0x7e) {
+          throw RuntimeError(what + " has a non-printable byte at offset " + std::to_string(i));
+        }
+      }
+      if (std::string(net.info_->fabric_attr->prov_name) == "shm") CheckShmPeerExists(address);
+      return;
+    }
+    case FI_SOCKADDR:
+    case FI_SOCKADDR_IN:
+    case FI_SOCKADDR_IN6: {
+      // The AV takes the length from the address family, and one address
+      // of another length poisons it for every later insert.
+      if (address.size() != net.address_.size()) {
+        throw RuntimeError(what + " is not a socket address like ours (" +
+                           std::to_string(net.address_.size()) + " bytes)");
+      }
+      sockaddr_storage theirs{}, ours{};
+      std::memcpy(&theirs, address.data(), std::min(address.size(), sizeof(theirs)));
+      std::memcpy(&ours, net.address_.data(), std::min(net.address_.size(), sizeof(ours)));
+      if (theirs.ss_family != ours.ss_family) {
+        throw RuntimeError(what + " has address family " + std::to_string(theirs.ss_family) +
+                           ", ours is " + std::to_string(ours.ss_family));
+      }
+      if (theirs.ss_family == AF_INET) {
+        const auto& in = reinterpret_cast<const sockaddr_in&>(theirs);
+        static const uint8_t kZero[sizeof(in.sin_zero)] = {};
+        if (in.sin_port == 0 || in.sin_addr.s_addr == htonl(INADDR_ANY) ||
+            std::memcmp(in.sin_zero, kZero, sizeof(kZero)) != 0) {
+          throw RuntimeError(what + " is no IPv4 destination (port 0, any-address or padding)");
+        }
+      } else if (theirs.ss_family == AF_INET6) {
+        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(theirs);
+        if (in6.sin6_port == 0 || IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr)) {
+          throw RuntimeError(what + " is no IPv6 destination (port 0 or any-address)");
+        }
+      }
+      return;
+    }
+    default:
+      // EFA and others: fixed-size binary addresses, as long as ours.
+      if (address.size() != net.address_.size()) {
+        throw RuntimeError(what + " does not have the provider's address length (" +
+                           std::to_string(net.address_.size()) + " bytes)");
+      }
+  }
+}
+
+void Recovery::CancelQueuedTransmits(Network& net) {
+  std::deque<RdmaOp*> receives;
+  // A batch left open (chapter 18) holds WRITEs the NIC has not been told
+  // about: the first queued transmit stays, to be posted without FI_MORE
+  // by the next poll, so that the drain can see them complete.
+  bool keep_closer = net.batch_open_;
+  for (RdmaOp* op : net.pending_) {
+    if (op->type == OpType::kRecv || keep_closer) {
+      keep_closer = keep_closer && op->type == OpType::kRecv;
+      receives.push_back(op);
+      continue;
+    }
+    op->error = FI_ECANCELED;
+    op->error_message = fi_strerror(FI_ECANCELED);
+    op->state = OpState::kFailed;
+    net.failed_.push_back(op);
+  }
+  net.pending_.swap(receives);
+}
+
+size_t Recovery::DetachTransmits(Network& net) {
+  auto forget_transmits = [&net](std::deque<RdmaOp*>& queue) {
+    std::deque<RdmaOp*> receives;
+    for (RdmaOp* op : queue) {
+      if (op->type == OpType::kRecv) {
+        receives.push_back(op);
+      } else {
+        net.FreeOp(op);
+      }
+    }
+    queue.swap(receives);
+  };
+  forget_transmits(net.pending_);
+  forget_transmits(net.failed_);
+  for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
+    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
+    op->callback = nullptr;
+    op->handler = nullptr;
+    op->state = OpState::kDetached;
+    --net.outstanding_;
+    ++net.detached_;
+  }
+  return net.detached_;
+}
+
+std::string Recovery::TakeEventError(Network& net) {
+  uint32_t event = 0;
+  fi_eq_err_entry entry{};
+  ssize_t ret = fi_eq_read(net.eq_.get(), &event, &entry, sizeof(entry), 0);
+  if (ret == -FI_EAGAIN || ret >= 0) return "";  // nothing, or no error
+  if (ret != -FI_EAVAIL) return net.name_ + ": fi_eq_read: " + fi_strerror(static_cast<int>(-ret));
+  fi_eq_err_entry err{};
+  if (fi_eq_readerr(net.eq_.get(), &err, 0) < 0)
+    return net.name_ + ": an unreadable event queue error";
+  int error = err.err < 0 ? -err.err : err.err;
+  std::string message = net.name_ + ": " + fi_strerror(error);
+  const char* detail = fi_eq_strerror(net.eq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  if (detail != nullptr && *detail) message += std::string(" (") + detail + ")";
+  return message;
+}
+
+}  // namespace tutorial
