@@ -49,11 +49,11 @@ std::string ProgressLine::Format(double seconds, uint64_t posted, uint64_t finis
     std::snprintf(share, sizeof(share), "%.1f%% of %.0f Gbps", 100 * s.link_share, link_gbps_);
   }
   char line[256];
-  std::snprintf(
-      line, sizeof(line), "[%8.3fs] ops %llu/%llu, posted %llu | %s | %.3f Gbps | %s | %.3f Mops/s",
-      seconds, static_cast<unsigned long long>(finished),
-      static_cast<unsigned long long>(total_ops_), static_cast<unsigned long long>(posted),
-      FormatBytes(s.bytes).c_str(), s.gbps, share, s.mops);
+  std::snprintf(line, sizeof(line),
+                "[%8.3fs] ops %llu/%llu, posted %llu | %s | %.3f Gbps | %s | %.3f Mops/s", seconds,
+                static_cast<unsigned long long>(finished), static_cast<unsigned long long>(total_ops_),
+                static_cast<unsigned long long>(posted), FormatBytes(s.bytes).c_str(), s.gbps, share,
+                s.mops);
   return line;
 }
 

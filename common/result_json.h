@@ -2,8 +2,9 @@
 // given by --result-json: what tools/compare reads to build its tables.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace tutorial {
 
