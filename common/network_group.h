@@ -20,13 +20,13 @@ class NetworkGroup {
     return index;
   }
 
-  // True while one NIC of the group has kBacklogLimit or more operations
+  // True while one NIC of the group has `max_pending` or more operations
   // on its pending queue (refused by the provider and, from chapter 15,
   // queued and not yet tried): posting more would only grow our own
-  // queue, not the NIC's.
-  bool Backlogged() const {
+  // queue, not the NIC's. The chapters pass their in-flight window.
+  bool Backlogged(size_t max_pending) const {
     for (const Network* net : nets) {
-      if (net->pending() >= kBacklogLimit) return true;
+      if (net->pending() >= max_pending) return true;
     }
     return false;
   }
@@ -34,7 +34,6 @@ class NetworkGroup {
   std::vector<Network*> nets;
 
  private:
-  static constexpr size_t kBacklogLimit = 64;
   size_t next_ = 0;
 };
 

@@ -176,7 +176,7 @@ TEST_F(ShmPairTest, NetworkGroupGoesRoundRobin) {
   EXPECT_EQ(group.GetNext(), 1u);
   EXPECT_EQ(group.GetNext(), 2u);
   EXPECT_EQ(group.GetNext(), 0u);
-  EXPECT_FALSE(group.Backlogged());
+  EXPECT_FALSE(group.Backlogged(64));
   RdmaWrite w;
   w.local = a_buf_->data();
   w.length = 8;
@@ -186,9 +186,9 @@ TEST_F(ShmPairTest, NetworkGroupGoesRoundRobin) {
   w.remote_key = b_mr_.key();
   int done = 0;
   for (int i = 0; i < 64; ++i) a_->LazyPostWrite(w, [&](Network&, RdmaOp&) { ++done; });
-  EXPECT_TRUE(group.Backlogged());  // 64 writes wait in a's queue
+  EXPECT_TRUE(group.Backlogged(64));  // 64 writes wait in a's queue
   ASSERT_TRUE(PollUntil([&] { return done == 64; }));
-  EXPECT_FALSE(group.Backlogged());
+  EXPECT_FALSE(group.Backlogged(64));
 }
 
 }  // namespace

@@ -13,8 +13,8 @@
 
 The groups come from tools/topology_dump (bazel build //tools:topology_dump),
 which runs common/topology's own code on the fixture; the message names, the
-buffers per GPU, the backlog limit and the chapter that adds the warmup are
-read from common/ and chapters/. The output is deterministic: the same code
+buffers per GPU, the in-flight window (the chapters' kMaxPendingWrites) and
+the chapter that adds the warmup are read from common/ and chapters/. The output is deterministic: the same code
 gives the same bytes, and //docs:figures_check_test fails when the checked-in
 figures differ from what this tool makes (fix: run it and commit them).
 
@@ -150,15 +150,18 @@ def code_facts(root):
         raise FactError("common/messages.h: no enum class MessageType")
     names = [re.sub(r"(?<!^)([A-Z])", r"_\1", k.strip().split("=")[0].strip()[1:]).upper()
              for k in m.group(1).split(",") if k.strip()]
-    group = (root / "common" / "network_group.h").read_text()
-    b = re.search(r"kBacklogLimit\s*=\s*(\d+)", group)
+    # The in-flight window every chapter passes to NetworkGroup::Backlogged.
+    windows = {re.search(r"kMaxPendingWrites\s*=\s*(\d+)", p.read_text()).group(1)
+               for p in (root / "chapters").glob("*/server.cc")
+               if "kMaxPendingWrites =" in p.read_text()}
+    b = re.match(r"(\d+)", windows.pop()) if len(windows) == 1 else None
     server = (root / "common" / "server.cc").read_text()
     if "SendDoneNotices" not in server:
         raise FactError("common/server.cc: no SendDoneNotices (the done notices moved?)")
     chapters = sorted(p.name for p in (root / "chapters").iterdir() if (p / "server.cc").exists())
     warmup = next((c for c in chapters if c.endswith("_warmup")), None)
     if not warmup or not b or "CONNECT" not in names or "RANDOM_FILL" not in names:
-        raise FactError("the code no longer has a warmup chapter, kBacklogLimit, CONNECT or "
+        raise FactError("the code no longer has a warmup chapter, one kMaxPendingWrites, CONNECT or "
                         "RANDOM_FILL: update tools/make_figures.py")
     return {"messages": names, "backlog": int(b.group(1)), "warmup_chapter": warmup,
             "first_chapter": chapters[0]}

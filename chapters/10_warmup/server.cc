@@ -22,6 +22,10 @@ using tutorial::RdmaOp;
 using tutorial::WriteJob;
 using tutorial::WriteOutcome;
 
+// The in-flight window: a GPU's thread stops posting while one NIC of its
+// group has this many WRITEs waiting in our queue for the provider.
+constexpr size_t kMaxPendingWrites = 64;
+
 class RandomFillWriter {
  public:
   explicit RandomFillWriter(WriteJob& job) : job_(job), write_states_(job.num_gpus()) {}
@@ -101,7 +105,7 @@ class RandomFillWriter {
     WriteState& s = write_states_[gpu_idx];
     if (s.i_repeat == job_.repeat()) return;
     auto& group = job_.group(gpu_idx);
-    if (group.Backlogged()) return;
+    if (group.Backlogged(kMaxPendingWrites)) return;
     size_t net_idx = group.GetNext();
     group.nets[net_idx]->PostWrite(
         job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),

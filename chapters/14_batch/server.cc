@@ -25,6 +25,10 @@ using tutorial::RdmaOp;
 using tutorial::WriteJob;
 using tutorial::WriteOutcome;
 
+// The in-flight window: a GPU's thread stops posting while one NIC of its
+// group has this many WRITEs waiting in our queue for the provider.
+constexpr size_t kMaxPendingWrites = 64;
+
 class RandomFillWriter {
  public:
   explicit RandomFillWriter(WriteJob& job)
@@ -167,7 +171,7 @@ class RandomFillWriter {
     auto& group = job_.group(gpu_idx);
     for (int i = 0; i < kBatchSize; ++i) {
       if (s.i_repeat == job_.repeat()) return;
-      if (group.Backlogged()) return;
+      if (group.Backlogged(kMaxPendingWrites)) return;
       size_t net_idx = group.GetNext();
       group.nets[net_idx]->PostWrite(
           job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),

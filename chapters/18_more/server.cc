@@ -31,6 +31,10 @@ using tutorial::RdmaOp;
 using tutorial::WriteJob;
 using tutorial::WriteOutcome;
 
+// The in-flight window: a GPU's thread stops posting while one NIC of its
+// group has this many WRITEs waiting in our queue for the provider.
+constexpr size_t kMaxPendingWrites = 64;
+
 class RandomFillWriter : public tutorial::CompletionHandler {
  public:
   explicit RandomFillWriter(WriteJob& job)
@@ -180,7 +184,7 @@ class RandomFillWriter : public tutorial::CompletionHandler {
     auto& group = job_.group(gpu_idx);
     for (int i = 0; i < kBatchSize; ++i) {
       if (s.i_repeat == job_.repeat()) return;
-      if (group.Backlogged()) return;
+      if (group.Backlogged(kMaxPendingWrites)) return;
       size_t net_idx = group.GetNext();
       group.nets[net_idx]->LazyPostWrite(job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page), this,
                                          gpu_idx);
