@@ -252,7 +252,7 @@ class RandomFillClient {
     auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
     // Interrupted, we still wait a moment for the send: until it goes out,
     // shm may have our name queued at the server, and our endpoint must not
-    // vanish before the server read it (common/recovery.h, point 3).
+    // vanish before the server read it (docs/provider-failures.md, point 3).
     constexpr auto kInterruptGrace = std::chrono::seconds(3);
     std::optional<Clock::time_point> interrupted_at;
     while (!done) {
@@ -370,7 +370,7 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     InstallStopHandlers();
     Node node(options, kBuffersPerGpu, options.buffer_size);
     // Take Ctrl-C back from shm (its handler unlinks our files at once; see
-    // common/recovery.h, point 3): our files go when the endpoints close.
+    // docs/provider-failures.md, point 3): our files go when the endpoints close.
     InstallStopHandlers();
     node.PrintSummary(std::cout);
     std::cout.flush();

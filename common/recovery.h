@@ -7,33 +7,8 @@
 // fresh start; a few provider-specific guards keep libfabric 1.17's shm
 // from crashing on a peer that vanished.
 //
-// What libfabric 1.17's shm leaves behind when a peer dies (measured, and
-// read in the v1.17.0 sources; v1.22 is the same):
-//  1. prov/shm/src/smr_rma.c, smr_generic_rma(): a "fast" (CMA) WRITE that
-//     fails (the peer's memory or process is gone) is reported on the
-//     receive CQ with a NULL context, and the WRITE itself never completes.
-//  2. A dead peer's command queue fills up; every later post to it answers
-//     -FI_EAGAIN for ever.
-//  3. prov/shm/src/smr_progress.c, smr_progress_connreq(): a peer that sent
-//     its name and whose shared-memory file is gone before we read it makes
-//     smr_map_add() succeed with no mapping, and the next line dereferences
-//     it: the process polling that endpoint dies with SIGSEGV. Nothing the
-//     receiver does can avoid it (any fi_cq_read progresses the queue), so
-//     the sender must keep its file until its name was taken: our programs
-//     handle SIGINT/SIGTERM themselves (InstallStopHandlers after the
-//     endpoints exist, so shm's own handler no longer unlinks the files at
-//     the signal) and close an endpoint only once its first message went
-//     out, or the peer is gone. A process killed with SIGKILL keeps its file
-//     (no crash); the survivor removes it (RemoveFilesOfDeadPeers).
-//  4. An endpoint rebuilt under its old name (fi_setname) took no WRITE from
-//     the next client in our measurements: shm keeps closed endpoints' names
-//     in a process-wide list (util_shm.c, ep_name_list) and a client that
-//     mapped the name while it was being replaced talks to the old region.
-//     So RebuildNetworks never reuses a name: every rebuilt endpoint gets a
-//     new address, on every provider (EFA has no fi_setname at all). The
-//     address clients know is the server's front door (common/server.cc):
-//     an endpoint of its own for the protocol's messages, which never
-//     writes to a client and is not rebuilt after a lost one.
+// What libfabric 1.17's shm leaves behind when a peer dies, and so why each
+// guard here exists (points 1-4): docs/provider-failures.md.
 #pragma once
 
 #include <atomic>
@@ -101,8 +76,9 @@ class TransferWatch {
 // Whether an endpoint reopened in place may take its old address again
 // (the front door of a server restarted by its watchdog). tcp: yes
 // (fi_setname binds the same port). efa: no, it has no fi_setname and its
-// addresses include the QP number. shm: it has fi_setname, but see point 4
-// above: a reused name was measured to lose the next client.
+// addresses include the QP number. shm: it has fi_setname, but a reused
+// name was measured to lose the next client (docs/provider-failures.md,
+// point 4).
 bool KeepsAddressOnRebuild(const std::string& provider);
 
 // After an abandoned transfer: every endpoint of every group is closed and

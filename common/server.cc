@@ -625,7 +625,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     InstallStopHandlers();
     Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
     // Take Ctrl-C back from shm (its handler unlinks our files at once; see
-    // common/recovery.h, point 3): our files go when the endpoints close.
+    // docs/provider-failures.md, point 3): our files go when the endpoints close.
     InstallStopHandlers();
     node.PrintSummary(std::cout);
     std::cout.flush();

@@ -60,7 +60,7 @@ void InstallStopHandlers() {
   // Called before any endpoint exists, and again once they do: shm installs
   // its own handler when it opens one (it removes its files at once, then
   // calls ours), and a peer that reads our name after that crashes
-  // (common/recovery.h, point 3). Ours only asks the loops to stop; the
+  // (docs/provider-failures.md, point 3). Ours only asks the loops to stop; the
   // files go when the endpoints close.
   struct sigaction action {};
   action.sa_handler = OnStopSignal;
