@@ -21,6 +21,16 @@ packages=(
   clang               # libFuzzer and sanitizers
   libclang-rt-14-dev
   clang-format
+  # tools/build_libfabric.sh: libfabric 2.x from Debian's source package,
+  # with the efa provider built against rdma-core's headers
+  autoconf
+  automake
+  libtool
+  make
+  xz-utils
+  debian-archive-keyring
+  libibverbs-dev      # rdma-core: <infiniband/verbs.h>, <infiniband/efadv.h>
+  stress-ng           # .ci/run: a CPU-bound neighbour beside the plain test pass
 )
 
 missing=()
