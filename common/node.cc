@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/result_json.h"
 #include "simnic/provider_path.h"
 
 namespace tutorial {
@@ -168,11 +169,10 @@ std::string Node::simulated_model() const {
 }
 
 void Node::PrintSummary(std::ostream& out) const {
-  uint32_t v = fi_version();
   uint32_t api = RequestedApiVersion();
   const fi_info& info = *nic_infos_[0];
-  out << "libfabric " << FI_MAJOR(v) << "." << FI_MINOR(v) << " (API " << FI_MAJOR(api) << "."
-      << FI_MINOR(api) << "), provider " << info.fabric_attr->prov_name << ", fabric "
+  out << "libfabric " << LibfabricVersion() << " (API " << FI_MAJOR(api) << "." << FI_MINOR(api)
+      << ") from " << LibfabricPath() << ", provider " << info.fabric_attr->prov_name << ", fabric "
       << (info.fabric_attr->name ? info.fabric_attr->name : "?") << ", threading "
       << (info.domain_attr->threading == FI_THREAD_SAFE     ? "FI_THREAD_SAFE"
           : info.domain_attr->threading == FI_THREAD_DOMAIN ? "FI_THREAD_DOMAIN"

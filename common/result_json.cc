@@ -1,5 +1,6 @@
 #include "common/result_json.h"
 
+#include <dlfcn.h>
 #include <rdma/fabric.h>
 #include <unistd.h>
 
@@ -10,6 +11,21 @@
 #include "common/errors.h"
 
 namespace tutorial {
+
+std::string LibfabricVersion() {
+  int unused = 0;  // fi_tostr wants a pointer even for FI_TYPE_VERSION
+  const char* text = fi_tostr(&unused, FI_TYPE_VERSION);
+  if (text != nullptr && *text != '\0') return text;
+  uint32_t v = fi_version();
+  return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+}
+
+std::string LibfabricPath() {
+  Dl_info where{};
+  if (dladdr(reinterpret_cast<void*>(&fi_getinfo), &where) == 0 || where.dli_fname == nullptr)
+    return "unknown";
+  return where.dli_fname;
+}
 
 nlohmann::json ResultRecord(const std::string& chapter, const std::string& role) {
   char host[256] = {};
@@ -24,6 +40,8 @@ nlohmann::json ResultRecord(const std::string& chapter, const std::string& role)
   record["host"] = host;
   record["time"] = when;
   record["libfabric"] = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  record["libfabric_version"] = LibfabricVersion();
+  record["libfabric_path"] = LibfabricPath();
   return record;
 }
 

@@ -2,13 +2,18 @@
 // given by --result-json: what tools/compare reads to build its tables.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tutorial {
 
-// Adds the fields every record carries: host, libfabric version, time.
+// The libfabric this process runs on, which the loader picks (rpath,
+// LIBFABRIC_PREFIX, LD_LIBRARY_PATH), not the headers it was built with:
+// its full version ("2.1.0", from fi_tostr) and the file it was loaded from.
+std::string LibfabricVersion();
+std::string LibfabricPath();
+
+// Adds the fields every record carries: host, libfabric (version and path), time.
 nlohmann::json ResultRecord(const std::string& chapter, const std::string& role);
 
 // Appends `record` as one line; throws RuntimeError when the file cannot be written.

@@ -136,6 +136,10 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertEqual(sorted(runs), CHAPTERS)
         for chapter, record in runs.items():
             self.assertTrue(record["ok"], record)
+            # The libfabric the chapter ran on: full version, and the file loaded.
+            self.assertRegex(record["libfabric_version"], r"^\d+\.\d+\.\d+", chapter)
+            self.assertIn("libfabric.so", record["libfabric_path"], chapter)
+            self.assertTrue(os.path.exists(record["libfabric_path"]), record["libfabric_path"])
             self.assertGreater(record["gbps"], 0, chapter)
             self.assertEqual((record["gpus"], record["nics_per_gpu"]), (1, 2))
 

@@ -7,7 +7,8 @@ Runs each chapter's real server (--once) and client on this machine, over
 docs/output/<chapter>.txt, preceded by the command that printed it. What
 varies from run to run or machine to machine is replaced by a placeholder
 (NORMALISE): the server's address by <address>, times by <time>, speeds by
-<rate>, the libfabric version by <version>, the host group's NUMA node and
+<rate>, the libfabric version by <version> (the
+file it was loaded from is left out), the host group's NUMA node and
 cores by <node> and <cores>. What is left is the same on every machine and
 every run, so the pages can show it and a test can compare it:
 
@@ -42,7 +43,8 @@ CLIENT_FLAGS = PROVIDER + ["--gpus", "1", "--nics-per-gpu", "2", "--page-size", 
 NORMALISE = [
     # the server's address: hex, with the process id inside for shm
     (re.compile(r"\b[0-9a-f]{16,}\b"), "<address>"),
-    (re.compile(r"\blibfabric \d+\.\d+(\.\d+)? \(API \d+\.\d+\)"),
+    # the libfabric in use: its version and the file it was loaded from
+    (re.compile(r"\blibfabric \d+\.\d+(\.\d+)?\S* \(API \d+\.\d+\)( from [^,]+)?"),
      "libfabric <version> (API <version>)"),
     # the topology table's host row: the NUMA node and cores of this machine
     (re.compile(r"^(host\s+-\s+)\S+\s+\S+\s+"), r"\1<node>  <cores>  "),

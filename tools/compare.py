@@ -87,7 +87,7 @@ COUNTER_FIELDS = [c[0] for c in COUNTERS]
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "gbps_median", "mops_median", "gbps_min",
               "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops",
               "provider", "memory", "gpus", "nics_per_gpu", "page_size", "pages", "repeat",
-              "libfabric", "machine", "kind"] + COUNTER_FIELDS
+              "libfabric", "libfabric_path", "machine", "kind"] + COUNTER_FIELDS
 SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never measurements
 
 
@@ -418,8 +418,13 @@ def layout_text(meta):
 def write_markdown(path, meta, rows):
     m = meta["machine"]
     s = meta["settings"]
-    lib = meta["libfabric"] + (f" (fi_info: {meta['libfabric_build']})"
+    # Older recordings named fi_info's version; newer ones what the chapters
+    # ran on: the full version and the file the loader took.
+    loaded = meta.get("libfabric_path")
+    lib = meta["libfabric"] + (f" ({'' if loaded else 'fi_info: '}{meta['libfabric_build']})"
                                if meta.get("libfabric_build") else "")
+    if loaded:
+        lib += f", loaded from `{loaded}`"
     other = ("unknown" if meta.get("other_cpu") is None else
              f"{100 * meta['other_cpu']:.1f}% of the machine's CPU time")
     machine = (f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['os']}, "
@@ -486,6 +491,7 @@ def write_csv(path, meta, rows):
             out.update(provider=s["provider"], memory=s["memory"], gpus=s["gpus"],
                        nics_per_gpu=s["nics_per_gpu"], page_size=s["page_size"],
                        pages=s["pages"], repeat=s["repeat"], libfabric=meta["libfabric"],
+                       libfabric_path=meta.get("libfabric_path", ""),
                        machine=meta["machine_slug"], kind=kind_of(s["provider"]))
             w.writerow(out)
 
@@ -766,7 +772,11 @@ def main():
         "machine_slug": slug,
         "machine": describe_machine(),
         "libfabric": ok[0]["libfabric"] if ok else "",
-        "libfabric_build": libfabric_build(),
+        # The libfabric the chapters ran on, as they report it (the one the
+        # loader picked: LIBFABRIC_PREFIX's rpath, LD_LIBRARY_PATH), not the
+        # fi_info on PATH; records of older binaries lack it.
+        "libfabric_build": (ok[0].get("libfabric_version") if ok else "") or libfabric_build(),
+        "libfabric_path": ok[0].get("libfabric_path", "") if ok else "",
         "code": code,
         "settings": {"provider": provider, "memory": memory, "gpus": args.gpus,
                      "nics_per_gpu": args.nics_per_gpu, "page_size": args.page_size,
@@ -804,7 +814,8 @@ def main():
 
     print()
     print(f"{out_dir.name}: {layout_text(meta)}, median of {args.runs} run(s), "
-          f"libfabric {meta['libfabric']}")
+          f"libfabric {meta['libfabric_build'] or meta['libfabric']}"
+          f"{' from ' + meta['libfabric_path'] if meta['libfabric_path'] else ''}")
     if is_simulated(provider):
         print(f"SIMULATED ({provider}): not a measurement of a provider")
     print(markdown_table(rows))

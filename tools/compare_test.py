@@ -39,7 +39,8 @@ DRIVER = textwrap.dedent("""
         run = RUNS[chapter] = RUNS.get(chapter, 0) + 1  # 1, 2, 3...
         writes = 1000
         return {"chapter": chapter, "ok": True, "gbps": gbps, "mops": gbps / 0.524288 / 1e3,
-                "seconds": 1.0, "libfabric": "1.17 (stub)", "provider": args.provider,
+                "seconds": 1.0, "libfabric": "1.17", "libfabric_version": "1.17.0stub",
+                "libfabric_path": "/stub/lib/libfabric.so.1", "provider": args.provider,
                 "memory": args.memory, "command": "server --once",
                 # counters: run r posts (1 + r/10) calls per WRITE, and so on
                 "writes": writes, "post_calls": writes + 100 * run,
@@ -127,6 +128,22 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertIn(f"the new results are in out/results/{NAME}/", result.stdout)
         self.assertIn(f"python3 tools/compare.py --record-from out/results/{NAME}",
                       result.stdout)
+
+    def test_results_name_the_libfabric_the_chapters_ran_on(self):
+        # Its version and the file the loader took, as the chapters report
+        # them: not the fi_info on PATH, which may be another libfabric.
+        result = self.measure()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        out = self.root / "out" / "results" / NAME
+        meta = json.loads((out / "results.json").read_text())["meta"]
+        self.assertEqual(meta["libfabric_build"], "1.17.0stub")
+        self.assertEqual(meta["libfabric_path"], "/stub/lib/libfabric.so.1")
+        self.assertIn("- libfabric: 1.17 (1.17.0stub), loaded from `/stub/lib/libfabric.so.1`",
+                      (out / "results.md").read_text())
+        with open(out / "results.csv") as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual({r["libfabric_path"] for r in rows}, {"/stub/lib/libfabric.so.1"})
+        self.assertIn("libfabric 1.17.0stub from /stub/lib/libfabric.so.1", result.stdout)
 
     def test_a_second_plain_run_leaves_a_recorded_folder_alone(self):
         recorded = sorted((self.root / "results").glob("*/results.json"))[0].parent

@@ -66,6 +66,9 @@ def phase_env(args):
         "memory": sh("grep MemTotal /proc/meminfo").strip(),
         "kernel": sh("uname -r").strip(),
         "libfabric": sh(f"{args.fabtests}/fi_info --version").strip(),
+        # The file fabtests load (the chapters' records name the one they load).
+        "libfabric_path": sh(f"ldd {args.fabtests}/fi_rma_bw 2>/dev/null | "
+                             "awk '/libfabric/ {print $3}'").strip(),
         "fi_info_shm_hmem": sh(f"{args.fabtests}/fi_info -p shm -c FI_HMEM | head -3").strip(),
         # How that libfabric was built: the version string does not say.
         "libfabric_build": args.libfabric_build,
@@ -382,6 +385,8 @@ def phase_chapters(args, phase, memory, sizes, gpus, nics, deadline):
                                 "mops": statistics.median(r["mops"] for r in runs),
                                 "all_gbps": [r["gbps"] for r in runs],
                                 "command": best["command"], "libfabric": best["libfabric"],
+                                "libfabric_version": best.get("libfabric_version", ""),
+                                "libfabric_path": best.get("libfabric_path", ""),
                                 "pages": best["pages"], "repeat": best["repeat"]})
 
 
