@@ -3,10 +3,12 @@
 Runs tools/docs_diff.py --check on the source tree, and makes sure that the
 check does catch a page whose diff no longer matches a chapter's code, a page
 whose code block no longer matches the library function it shows, and a
-code block whose function is gone.
+code block whose function is gone; and that no page under docs/ or results/,
+and no tool, cites a file outside the repository.
 """
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,57 @@ def docs_diff():
     return module
 
 
+# Files the project must not cite, since it does not hold them: the
+# developers' notes and reference data live outside the repository.
+OUTSIDE = [("DESIGN.md", re.compile(r"\bDESIGN\.md\b")),
+           ("../shared", re.compile(r"(\.\./|/work/)shared\b")),
+           ("reference/p5", re.compile(r"\breference/p5\b"))]
+
+
+def outside_references(root):
+    """Lines of pages under docs/ and results/, and of tools, that name a file
+    outside the repository: "path:line: names X". A name the repository
+    itself holds (a DESIGN.md or a reference/p5 of its own) is allowed."""
+    root = pathlib.Path(root)
+    files = sorted(p for top in ("docs", "results") for p in (root / top).rglob("*.md"))
+    files += sorted(p for p in (root / "tools").rglob("*") if p.is_file())
+    held = {"DESIGN.md": any(p.name == "DESIGN.md" for top in ("docs", "results", "tools", ".")
+                             for p in (root / top).glob("DESIGN.md")),
+            "reference/p5": (root / "reference" / "p5").exists(),
+            "../shared": False}
+    found = []
+    for path in files:
+        try:
+            lines = path.read_text().splitlines()
+        except (UnicodeDecodeError, OSError):
+            continue
+        for number, line in enumerate(lines, 1):
+            for name, pattern in OUTSIDE:
+                if not held[name] and pattern.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}: names {name}")
+    return found
+
+
 class DocsCheckTest(unittest.TestCase):
+    def test_no_page_or_tool_cites_a_file_outside_the_repository(self):
+        self.assertEqual(outside_references(source_root()), [])
+
+    def test_a_citation_of_a_file_outside_is_caught(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            for part in ("docs", "results/x", "tools"):
+                (root / part).mkdir(parents=True)
+            (root / "docs" / "a.md").write_text("ok\nsee DESIGN.md, the ladder\n")
+            (root / "results" / "x" / "README.md").write_text("(`reference/p5/fi_info.yaml`)\n")
+            (root / "tools" / "t.py").write_text("# see ../shared/seeds\n")
+            self.assertEqual(outside_references(root),
+                             ["docs/a.md:2: names DESIGN.md",
+                              "results/x/README.md:1: names reference/p5",
+                              "tools/t.py:1: names ../shared"])
+            # A DESIGN.md of the repository's own may be cited.
+            (root / "DESIGN.md").write_text("# design\n")
+            self.assertEqual(len(outside_references(root)), 2)
+
     def test_pages_match_code_and_results(self):
         result = check(source_root())
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)

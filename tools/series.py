@@ -3,8 +3,8 @@
 Shared by tools/compare.py (tables, plot) and tools/docs_diff.py (docs pages).
 The Gbps numbers are the series' own, recorded on an AWS p5.48xlarge (8 H100
 GPUs, 32 EFA NICs of 100 Gbps) with its default request (64 KiB pages, 1000
-pages, 2000 repeats, 2 buffers per GPU); see /work/shared/DESIGN.md, "The
-ladder". Nothing here was measured by this repository.
+pages, 2000 repeats, 2 buffers per GPU), as the series' chapters report them
+(SERIES_SOURCE). Nothing here was measured by this repository.
 """
 
 SERIES_SOURCE = ('the blog series "Harnessing 3200Gbps Network" (abcdabcd987), '
