@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", "")) / os.environ.get("TEST_WORKSPACE", "")
@@ -185,6 +186,36 @@ class SetupTest(unittest.TestCase):
         fi_info = subprocess.run([str(self.efa / "bin" / "fi_info"), "--version"],
                                  capture_output=True, text=True, env=env).stdout
         self.assertIn(f"libfabric: {meta['libfabric_build']}", fi_info)
+
+    def test_a_chapters_first_line_names_the_standin_libfabric(self):
+        libdir = next(d for d in ("lib64", "lib") if glob.glob(str(self.efa / d / "libfabric.so*")))
+        env = dict(os.environ, LD_LIBRARY_PATH=str(self.efa / libdir))
+        address = self.tmp / "address"
+        chapter = ROOT / "chapters" / "10_warmup"
+        server = subprocess.Popen(
+            [str(chapter / "server"), "--provider", "shm", "--memory", "host", "--once",
+             "--repeat", "1", "--address-file", str(address)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            for _ in range(300):  # 30 s at most
+                if address.exists() and address.read_text().strip():
+                    break
+                if server.poll() is not None:
+                    break
+                time.sleep(0.1)
+            client = subprocess.run(
+                [str(chapter / "client"), "--server", address.read_text().strip(), "--provider",
+                 "shm", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2", "--pages", "8"],
+                env=env, capture_output=True, text=True, timeout=60)
+            out, _ = server.communicate(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        self.assertEqual(client.returncode, 0, client.stdout + client.stderr)
+        first = out.splitlines()[0]
+        self.assertRegex(first, r"^libfabric \d+\.\d+\.\d+\S* \(API \d+\.\d+\) from ")
+        self.assertIn(f" from {self.efa / libdir}/libfabric.so", first)
 
 
 if __name__ == "__main__":
