@@ -13,18 +13,27 @@
 namespace tutorial {
 
 std::string LibfabricVersion() {
-  int unused = 0;  // fi_tostr wants a pointer even for FI_TYPE_VERSION
-  const char* text = fi_tostr(&unused, FI_TYPE_VERSION);
-  if (text != nullptr && *text != '\0') return text;
-  uint32_t v = fi_version();
-  return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  // Once, into a buffer of our own: fi_tostr's static buffer is shared by
+  // every thread.
+  static const std::string version = [] {
+    char text[64] = {};
+    int unused = 0;  // fi_tostr_r wants a pointer even for FI_TYPE_VERSION
+    if (fi_tostr_r(text, sizeof(text), &unused, FI_TYPE_VERSION) != nullptr && text[0] != '\0')
+      return std::string(text);
+    uint32_t v = fi_version();
+    return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  }();
+  return version;
 }
 
 std::string LibfabricPath() {
-  Dl_info where{};
-  if (dladdr(reinterpret_cast<void*>(&fi_getinfo), &where) == 0 || where.dli_fname == nullptr)
-    return "unknown";
-  return where.dli_fname;
+  static const std::string path = [] {
+    Dl_info where{};
+    if (dladdr(reinterpret_cast<void*>(&fi_getinfo), &where) == 0 || where.dli_fname == nullptr)
+      return std::string("unknown");
+    return std::string(where.dli_fname);
+  }();
+  return path;
 }
 
 nlohmann::json ResultRecord(const std::string& chapter, const std::string& role) {
