@@ -1,5 +1,6 @@
 #include "common/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -122,22 +123,40 @@ class RandomFillClient {
     std::string error;
     std::vector<std::thread> threads;
     bool thread_per_nic = options_.poll_threads == "nic";
+    // --poll-threads one: a single thread sweeps every NIC of every group,
+    // and sleeps a little after sweeps that found nothing (the notices come
+    // at the very end; the simulated NIC moves the data without it).
+    bool one_thread = options_.poll_threads == "one";
     size_t nics_per_thread = thread_per_nic ? 1 : node_.nics_per_gpu();
+    size_t groups_per_thread = one_thread ? node_.num_gpus() : 1;
     // The writes carry no notice until each NIC's last one, so a long run
     // would look hung: the first thread says every kWaitReport that the
     // client is alive.
     constexpr auto kWaitReport = std::chrono::seconds(10);
     auto start = Clock::now();
-    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+    for (size_t g = 0; g < node_.num_gpus(); g += groups_per_thread) {
       for (size_t first = 0; first < node_.nics_per_gpu(); first += nics_per_thread) {
         threads.emplace_back([&, g, first, reports = threads.empty()] {
           try {
             MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
             auto next_report = start + kWaitReport;
             auto next_liveness_check = start;
+            int idle_sweeps = 0;
             while (!stop.load(std::memory_order_relaxed)) {
-              for (size_t n = first; n < first + nics_per_thread; ++n) {
-                node_.net(g, n).PollCompletion();
+              size_t handled = 0;
+              for (size_t gg = g; gg < g + groups_per_thread; ++gg) {
+                for (size_t n = first; n < first + nics_per_thread; ++n) {
+                  handled += node_.net(gg, n).PollCompletion();
+                }
+              }
+              if (one_thread) {
+                // Back off when idle: 64 empty sweeps, then sleeps of 50 us
+                // growing to 1 ms; any completion starts over.
+                idle_sweeps = handled > 0 ? 0 : idle_sweeps + 1;
+                if (idle_sweeps > 64) {
+                  std::this_thread::sleep_for(
+                      std::chrono::microseconds(std::min(1000, 50 * (idle_sweeps - 64))));
+                }
               }
               auto now = Clock::now();
               if (notices_.load(std::memory_order_relaxed) >= expected ||

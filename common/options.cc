@@ -91,9 +91,11 @@ bool ParseClientOptions(int argc, char** argv, const std::string& chapter, Clien
   app.add_option("--timeout", o->timeout, "seconds to wait for the whole transfer")
       ->check(CLI::Range(0.1, 864000.0))
       ->capture_default_str();
-  app.add_option("--poll-threads", o->poll_threads,
-                 "client threads polling the NICs: gpu (one per GPU group) or nic (one per NIC)")
-      ->check(CLI::IsMember({"gpu", "nic"}))
+  app.add_option(
+         "--poll-threads", o->poll_threads,
+         "client threads polling the NICs: gpu (one per GPU group), nic (one per NIC) or one "
+         "(a single thread for every NIC that sleeps a little when they are idle)")
+      ->check(CLI::IsMember({"gpu", "nic", "one"}))
       ->capture_default_str();
   if (!Parse(app, argc, argv)) return false;
   if (!o->print_topology && server->count() == 0) {

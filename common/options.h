@@ -34,8 +34,10 @@ struct ClientOptions : CommonOptions {
   uint64_t seed = 0;            // 0: pick one from the clock
   double connect_timeout = 10;  // seconds to reach the server
   double timeout = 300;         // seconds to wait for the whole transfer
-  // Who polls the client's NICs: one thread per GPU group ("gpu"), or one
-  // per NIC ("nic"); see WaitForNotices.
+  // Who polls the client's NICs: one thread per GPU group ("gpu"), one per
+  // NIC ("nic"), or one thread for all that backs off when idle ("one", for
+  // providers whose NIC moves the data: it leaves the cores to the server's
+  // writers on a small machine); see WaitForNotices.
   std::string poll_threads = "gpu";
 };
 

@@ -130,12 +130,20 @@ void ProviderWatchdog::Watch() {
 }
 
 void ProviderWatchdog::EndStuck(size_t index) {
-  char what[320];
+  // Name the provider that was seen stuck, and shm's known causes only for shm.
+  const fi_info& info = networks_[index]->info();
+  const char* provider = info.fabric_attr != nullptr && info.fabric_attr->prov_name != nullptr
+                             ? info.fabric_attr->prov_name
+                             : "unknown";
+  const bool shm = std::strcmp(provider, "shm") == 0;
+  char what[400];
   std::snprintf(what, sizeof(what),
-                "NIC %zu (%s) has been stuck inside one libfabric call for %.0f s (shm spins "
-                "forever on a lock held by a peer that died or stopped, or on a message longer "
-                "than its receive)",
-                index, networks_[index]->name().c_str(), stuck_seconds_);
+                "NIC %zu (%s, provider %s) has been stuck inside one libfabric call for %.0f s "
+                "(%s)",
+                index, networks_[index]->name().c_str(), provider, stuck_seconds_,
+                shm ? "shm spins forever on a lock held by a peer that died or stopped, or on a "
+                      "message longer than its receive"
+                    : "the provider did not return while its thread was running");
   int restarts = RestartsSoFar();
   bool restart =
       !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;

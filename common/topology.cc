@@ -107,7 +107,18 @@ Locality LocalityOf(hwloc_topology_t topology, hwloc_obj_t pci_device) {
 // The first hardware thread of every physical core within `cpus`: the
 // second thread of a core shares its execution units, so a busy-polling
 // thread there would only slow down the first.
-std::vector<int> PhysicalCoresIn(hwloc_topology_t topology, hwloc_const_cpuset_t cpus) {
+std::vector<int> PhysicalCoresIn(hwloc_topology_t topology, hwloc_const_cpuset_t local_cpus) {
+  // On this machine, only the CPUs the process may run on (taskset, a
+  // cgroup): a thread pinned outside them would escape the user's limit.
+  // (Topologies read from files describe another machine: all their CPUs.)
+  hwloc_const_cpuset_t cpus = local_cpus;
+  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+  if (allowed != nullptr && hwloc_topology_is_thissystem(topology) &&
+      hwloc_get_cpubind(topology, allowed, HWLOC_CPUBIND_PROCESS) == 0 &&
+      hwloc_bitmap_intersects(allowed, local_cpus)) {
+    hwloc_bitmap_and(allowed, allowed, local_cpus);
+    cpus = allowed;
+  }
   std::vector<int> cores;
   for (hwloc_obj_t core = nullptr;
        (core = hwloc_get_next_obj_inside_cpuset_by_type(topology, cpus, HWLOC_OBJ_CORE, core));) {
@@ -119,6 +130,7 @@ std::vector<int> PhysicalCoresIn(hwloc_topology_t topology, hwloc_const_cpuset_t
       cores.push_back(static_cast<int>(pu->os_index));
     }
   }
+  hwloc_bitmap_free(allowed);
   return cores;
 }
 
@@ -154,7 +166,7 @@ int SharedBridgeDepth(hwloc_obj_t a, hwloc_obj_t b) {
 // A group under construction, with what hwloc knows about its place.
 struct Placement {
   Group group;
-  hwloc_obj_t gpu = nullptr;                 // the GPU's PCI device; null for a stand-in
+  hwloc_obj_t gpu = nullptr;                  // the GPU's PCI device; null for a stand-in
   hwloc_const_cpuset_t local_cpus = nullptr;  // its NUMA node's CPUs
 };
 
@@ -191,7 +203,8 @@ std::vector<Placement> PlaceGpus(hwloc_topology_t topology,
     Placement placement;
     placement.gpu = FindPciDevice(topology, *address);
     if (placement.gpu == nullptr) {
-      throw UsageError(which + " (" + address->ToString() + ") is not among the PCI devices of the topology");
+      throw UsageError(which + " (" + address->ToString() +
+                       ") is not among the PCI devices of the topology");
     }
     const Locality locality = LocalityOf(topology, placement.gpu);
     placement.group.cuda_device = static_cast<int>(i);
@@ -212,11 +225,10 @@ std::vector<Placement> PlaceStandIns(hwloc_topology_t topology, size_t count) {
        (node = hwloc_get_next_obj_by_type(topology, HWLOC_OBJ_NUMANODE, node));) {
     // Memory-only nodes (CXL, HBM) have no CPUs; nodes with the same CPUs as
     // an earlier one (KNL's MCDRAM) add none.
-    const bool has_new_cpus =
-        !hwloc_bitmap_iszero(node->cpuset) &&
-        std::none_of(nodes.begin(), nodes.end(), [&](hwloc_obj_t seen) {
-          return hwloc_bitmap_isequal(seen->cpuset, node->cpuset);
-        });
+    const bool has_new_cpus = !hwloc_bitmap_iszero(node->cpuset) &&
+                              std::none_of(nodes.begin(), nodes.end(), [&](hwloc_obj_t seen) {
+                                return hwloc_bitmap_isequal(seen->cpuset, node->cpuset);
+                              });
     if (has_new_cpus) nodes.push_back(node);
   }
   std::vector<Placement> placements(count);
@@ -310,8 +322,8 @@ void AssignPciNics(hwloc_topology_t topology, const std::vector<NicDescription>&
 enum class NicKind { kNone, kPci, kProvider };
 
 NicKind ClassifyNics(const std::vector<NicDescription>& nics) {
-  const auto with_address =
-      std::count_if(nics.begin(), nics.end(), [](const NicDescription& nic) { return !nic.pci_address.empty(); });
+  const auto with_address = std::count_if(
+      nics.begin(), nics.end(), [](const NicDescription& nic) { return !nic.pci_address.empty(); });
   if (nics.empty()) return NicKind::kNone;
   if (with_address == 0) return NicKind::kProvider;
   if (static_cast<size_t>(with_address) == nics.size()) return NicKind::kPci;
@@ -338,8 +350,10 @@ TopologyHandle LoadTopology(const char* xml_path, const char* synthetic) {
   if (synthetic != nullptr) status = hwloc_topology_set_synthetic(raw, synthetic);
   if (status == 0) status = hwloc_topology_load(raw);
   if (status != 0) {
-    if (xml_path != nullptr) throw UsageError(std::string("cannot load hwloc XML topology ") + xml_path);
-    if (synthetic != nullptr) throw UsageError(std::string("bad synthetic topology '") + synthetic + "'");
+    if (xml_path != nullptr)
+      throw UsageError(std::string("cannot load hwloc XML topology ") + xml_path);
+    if (synthetic != nullptr)
+      throw UsageError(std::string("bad synthetic topology '") + synthetic + "'");
     throw RuntimeError("hwloc cannot load this machine's topology");
   }
   return topology;
@@ -370,7 +384,8 @@ Topology Topology::FromSynthetic(const std::string& description) {
 
 std::vector<std::string> Topology::GpuPciAddresses() const {
   std::vector<PciAddress> gpus;
-  for (hwloc_obj_t device = nullptr; (device = hwloc_get_next_pcidev(impl_->topology.get(), device));) {
+  for (hwloc_obj_t device = nullptr;
+       (device = hwloc_get_next_pcidev(impl_->topology.get(), device));) {
     if (IsNvidiaGpu(device)) gpus.push_back(PciAddress::Of(device));
   }
   std::sort(gpus.begin(), gpus.end());
@@ -422,11 +437,13 @@ std::vector<Group> Topology::BuildGroups(const std::vector<std::string>& gpu_pci
     case NicKind::kPci:
       for (Group& group : groups) {
         if (group.nics.empty()) {
-          throw UsageError(Describe(group) + " has no NIC behind its PCIe switch or on its NUMA node");
+          throw UsageError(Describe(group) +
+                           " has no NIC behind its PCIe switch or on its NUMA node");
         }
         if (request.nics_per_gpu > group.nics.size()) {
-          throw UsageError("asked for " + std::to_string(request.nics_per_gpu) + " NICs per GPU but " +
-                           Describe(group) + " has " + std::to_string(group.nics.size()));
+          throw UsageError("asked for " + std::to_string(request.nics_per_gpu) +
+                           " NICs per GPU but " + Describe(group) + " has " +
+                           std::to_string(group.nics.size()));
         }
         if (request.nics_per_gpu > 0) group.nics.resize(request.nics_per_gpu);
       }
@@ -437,9 +454,9 @@ std::vector<Group> Topology::BuildGroups(const std::vector<std::string>& gpu_pci
           request.nics_per_gpu > 0 ? request.nics_per_gpu : kDefaultProviderNicsPerGroup;
       const size_t needed = per_group * groups.size();
       if (nics.size() < needed) {
-        throw UsageError("need " + std::to_string(needed) + " NICs (" + std::to_string(groups.size()) +
-                         " groups x " + std::to_string(per_group) + ") but only " +
-                         std::to_string(nics.size()) + " were given");
+        throw UsageError("need " + std::to_string(needed) + " NICs (" +
+                         std::to_string(groups.size()) + " groups x " + std::to_string(per_group) +
+                         ") but only " + std::to_string(nics.size()) + " were given");
       }
       for (size_t g = 0; g < groups.size(); ++g) {
         for (size_t k = 0; k < per_group; ++k) groups[g].nics.push_back(g * per_group + k);

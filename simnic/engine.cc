@@ -287,6 +287,8 @@ bool Transmit(Endpoint* ep, uint64_t now) {
         w.error = c->failed;
       } else {
         if (!WriteEntries(ep, c, w)) break;  // ring full: the NIC's queue waits
+        ++ep->transmits;
+        if (static_cast<double>(now) > w.finish_ns + Endpoint::kLateNs) ++ep->late_transmits;
         ep->wire.pop_front();
         work = true;
         continue;
@@ -762,6 +764,7 @@ bool PeerRegion::CheckAlive() {
 
 struct Engine::Worker {
   std::thread thread;
+  std::vector<int> cpus;  // where it may run; empty: anywhere
   std::mutex mutex;
   std::vector<Endpoint*> endpoints;
   std::atomic<uint64_t> generation{0};
@@ -800,6 +803,14 @@ void Engine::Run(Worker* worker) {
   // Short sleeps must stay short: the default timer slack is 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   pthread_setname_np(pthread_self(), "simnic-engine");
+  if (!worker->cpus.empty()) {
+    // Off the cores the writers are pinned to (the tools say which).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : worker->cpus) CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
+      std::fprintf(stderr, "simnic: engine thread cannot use SIMNIC_ENGINE_CPUS; runs anywhere\n");
+  }
   std::vector<Endpoint*> endpoints;
   uint64_t generation = ~uint64_t{0};
   int idle = 0;
@@ -838,7 +849,10 @@ void Engine::Add(Endpoint* ep) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (workers_.empty()) {
     int threads = ep->model->engine_threads;
-    for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
+    for (int i = 0; i < threads; ++i) {
+      workers_.push_back(std::make_unique<Worker>());
+      workers_.back()->cpus = ep->model->engine_cpus;
+    }
     for (auto& w : workers_) {
       Worker* raw = w.get();
       raw->thread = std::thread([this, raw] { Run(raw); });
@@ -853,21 +867,26 @@ void Engine::Add(Endpoint* ep) {
   ++endpoints_;
 }
 
-void Engine::Remove(Endpoint* ep) {
+bool Engine::Remove(Endpoint* ep) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (workers_.empty()) return;
+  if (workers_.empty()) return true;
   Worker* w = workers_[ep->domain->index % workers_.size()].get();
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> worker_lock(w->mutex);
     auto it = std::find(w->endpoints.begin(), w->endpoints.end(), ep);
-    if (it == w->endpoints.end()) return;
+    if (it == w->endpoints.end()) return true;
     w->endpoints.erase(it);
     generation = w->generation.fetch_add(1, std::memory_order_release) + 1;
   }
   // The worker publishes the generation it runs with at the top of each
-  // pass; once it has taken this one, it no longer touches `ep`.
+  // pass; once it has taken this one, it no longer touches `ep`. Bounded:
+  // a worker that got no core for kRemoveWaitNs leaves `ep` to the caller
+  // to keep (never freed) rather than a wait without end.
+  constexpr uint64_t kRemoveWaitNs = 5000000000ull;
+  uint64_t until = NowNs() + kRemoveWaitNs;
   while (w->seen.load(std::memory_order_acquire) < generation) {
+    if (NowNs() > until) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(10));
   }
   if (--endpoints_ == 0) {
@@ -875,6 +894,7 @@ void Engine::Remove(Endpoint* ep) {
     for (auto& worker : workers_) worker->thread.join();
     workers_.clear();
   }
+  return true;
 }
 
 void Engine::StopAll() {

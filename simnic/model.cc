@@ -1,18 +1,24 @@
 #include "simnic/model.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 namespace simnic {
 namespace {
+
+void CarveSockets(Model* m);
 
 template <typename T>
 void ReadEnv(const char* name, T* value) {
@@ -39,11 +45,31 @@ Model ReadModel() {
   ReadEnv("SIMNIC_REMOTE_NUMA_FACTOR", &m.remote_numa_factor);
   ReadEnv("SIMNIC_POST_NS", &m.post_ns);
   ReadEnv("SIMNIC_CQ_POLL_NS", &m.cq_poll_ns);
+  ReadEnv("SIMNIC_CQ_ENTRY_NS", &m.cq_entry_ns);
+  ReadEnv("SIMNIC_FIRST_CONTACT_NS", &m.first_contact_ns);
+  ReadEnv("SIMNIC_LOCK_LINE_NS", &m.lock_line_ns);
+  ReadEnv("SIMNIC_MIGRATE_US", &m.migrate_us);
+  ReadEnv("SIMNIC_REFILL_NS", &m.refill_ns);
   ReadEnv("SIMNIC_NUMA_NODES", &m.numa_nodes);
   int direct = m.direct;
   ReadEnv("SIMNIC_DIRECT", &direct);
   m.direct = direct != 0;
   ReadEnv("SIMNIC_ENGINE_THREADS", &m.engine_threads);
+  if (const char* cpus = std::getenv("SIMNIC_ENGINE_CPUS"); cpus != nullptr) {
+    std::stringstream ranges(cpus);
+    std::string range;
+    while (std::getline(ranges, range, ',')) {
+      int first = -1, last = -1;
+      int got = std::sscanf(range.c_str(), "%d-%d", &first, &last);
+      if (got == 1) last = first;
+      if (got < 1 || first < 0 || last < first || last >= CPU_SETSIZE) {
+        std::fprintf(stderr, "simnic: ignoring SIMNIC_ENGINE_CPUS=%s (not a CPU list)\n", cpus);
+        m.engine_cpus.clear();
+        break;
+      }
+      for (int cpu = first; cpu <= last; ++cpu) m.engine_cpus.push_back(cpu);
+    }
+  }
   ReadEnv("SIMNIC_RING_BYTES", &m.ring_bytes);
   ReadEnv("SIMNIC_RING_SLOTS", &m.ring_slots);
   // Keep the shapes the data path relies on.
@@ -58,6 +84,8 @@ Model ReadModel() {
   m.ring_bytes = std::clamp<size_t>(m.ring_bytes, 64 * 1024, size_t{1} << 30) / 64 * 64;
   m.ring_slots = std::clamp(m.ring_slots, 1, 1024);
   m.max_send = std::min(m.max_send, m.ring_bytes / 4);
+  if (m.migrate_us < 1) m.migrate_us = 1;
+  CarveSockets(&m);
   return m;
 }
 
@@ -70,42 +98,71 @@ std::deque<Model>& Models() {
 }
 Model* current_model = nullptr;
 
-// Position of each online CPU in the online list, indexed by CPU number.
-struct CpuList {
-  std::vector<int> position;
-  int count = 0;
-};
+int ReadInt(const std::string& path, int fallback) {
+  std::ifstream file(path);
+  int value = fallback;
+  if (!(file >> value)) return fallback;
+  return value;
+}
 
-CpuList ReadOnlineCpus() {
-  CpuList list;
-  std::ifstream file("/sys/devices/system/cpu/online");
-  std::string text;
-  std::getline(file, text);
-  std::stringstream ranges(text);
-  std::string range;
-  while (std::getline(ranges, range, ',')) {
-    int first = 0, last = 0;
-    if (std::sscanf(range.c_str(), "%d-%d", &first, &last) < 2)
-      last = first = std::atoi(range.c_str());
-    for (int cpu = first; cpu <= last && cpu < 65536; ++cpu) {
-      if (static_cast<int>(list.position.size()) <= cpu) list.position.resize(cpu + 1, -1);
-      list.position[cpu] = list.count++;
+// The CPUs of the process's affinity mask, core by core in the order hwloc
+// lists cores (packages by their first CPU, then cores by their first CPU),
+// SMT siblings of a core together. Read once: the first model is read on
+// the main thread before any thread pins itself.
+const std::vector<std::vector<int>>& CoresOfMask() {
+  static const std::vector<std::vector<int>> cores = [] {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    std::vector<std::vector<int>> result;
+    if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return result;
+    std::map<std::tuple<int, int, int>, std::vector<int>> by_core;  // (package, die, core)
+    std::map<int, int> package_first;  // package -> its first CPU in the mask
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &mask)) continue;
+      std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+      int package = ReadInt(base + "physical_package_id", 0);
+      by_core[{package, ReadInt(base + "die_id", 0), ReadInt(base + "core_id", cpu)}].push_back(
+          cpu);
+      package_first.emplace(package, cpu);  // CPUs come in increasing order
+    }
+    std::vector<std::tuple<int, int, std::vector<int>>> order;
+    for (auto& [key, cpus] : by_core)
+      order.emplace_back(package_first[std::get<0>(key)], cpus.front(), cpus);
+    std::sort(order.begin(), order.end());
+    for (auto& entry : order) result.push_back(std::get<2>(entry));
+    return result;
+  }();
+  return cores;
+}
+
+void CarveSockets(Model* m) {
+  const auto& cores = CoresOfMask();
+  m->mask_cores = static_cast<int>(cores.size());
+  m->cpu_socket.clear();
+  for (size_t i = 0; i < cores.size(); ++i) {
+    int socket = static_cast<int>(static_cast<int64_t>(i) * m->numa_nodes /
+                                  static_cast<int64_t>(cores.size()));
+    for (int cpu : cores[i]) {
+      if (static_cast<int>(m->cpu_socket.size()) <= cpu) m->cpu_socket.resize(cpu + 1, -1);
+      m->cpu_socket[cpu] = static_cast<int16_t>(socket);
     }
   }
-  return list;
 }
 
 }  // namespace
 
 std::string Model::Summary() const {
-  char line[512];
+  char line[768];
   std::snprintf(line, sizeof(line),
                 "simnic (simulated EFA-like NIC): %d NICs x %.3g Gbps (%g Gbps / scale %g: a "
-                "%g-byte page stands for 64 KiB), tx depth %zu, doorbell %u ns (%.0f ns across "
-                "virtual NUMA nodes), CQ poll %u ns, post %u ns, %d virtual NUMA nodes, %d engine "
-                "thread(s), efa-direct rules %s",
-                nics, line_bps() / 1e9, unscaled_gbps, scale, 65536 / scale, tx_depth, doorbell_ns,
-                remote_doorbell_ns(), cq_poll_ns, post_ns, numa_nodes, engine_threads,
+                "%g-byte page stands for 64 KiB), tx depth %zu, post %u ns, doorbell %u ns, CQ "
+                "read %u ns + %u ns an entry (x%g from the other virtual socket), first contact "
+                "%u ns, lock line %u ns, %d virtual sockets over %d cores, unpinned threads moved "
+                "every %g us with a %u ns refill (simulated p5 scheduler), %d engine thread(s), "
+                "efa-direct rules %s",
+                nics, line_bps() / 1e9, unscaled_gbps, scale, 65536 / scale, tx_depth, post_ns,
+                doorbell_ns, cq_poll_ns, cq_entry_ns, remote_numa_factor, first_contact_ns,
+                lock_line_ns, numa_nodes, mask_cores, migrate_us, refill_ns, engine_threads,
                 direct ? "on" : "off");
   return line;
 }
@@ -137,17 +194,78 @@ void SpinFor(uint64_t ns) {
   }
 }
 
-int NodeOfCpu(int cpu, int nodes) {
-  static const CpuList cpus = ReadOnlineCpus();
-  if (cpu < 0 || cpu >= static_cast<int>(cpus.position.size()) || cpus.count == 0) return -1;
-  int position = cpus.position[cpu];
-  if (position < 0) return -1;
-  return static_cast<int>(static_cast<int64_t>(position) * nodes / cpus.count);
+int NodeOfCpu(const Model& m, int cpu) {
+  if (cpu < 0 || cpu >= static_cast<int>(m.cpu_socket.size())) return -1;
+  return m.cpu_socket[cpu];
 }
 
 int NodeOfNic(int nic_index, int nics, int nodes) {
   if (nic_index < 0 || nics <= 0) return -1;
   return static_cast<int>(static_cast<int64_t>(nic_index) * nodes / nics);
 }
+
+namespace {
+
+// Plain data, so that a thread_local of a dlopen'ed provider needs no
+// destructor.
+struct ThreadPlace {
+  const Model* model;
+  uint32_t calls_until_check;
+  bool spans;
+  int socket;
+  uint64_t next_move_ns;
+  uint64_t rng;
+};
+thread_local ThreadPlace this_thread_place{};
+
+uint64_t NextRandom(ThreadPlace& t) {
+  t.rng ^= t.rng << 13;
+  t.rng ^= t.rng >> 7;
+  t.rng ^= t.rng << 17;
+  return t.rng;
+}
+
+// Whether this thread may run on CPUs of more than one virtual socket.
+bool AffinitySpansSockets(const Model& m) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return false;
+  int seen = -1;
+  for (int cpu = 0; cpu < static_cast<int>(m.cpu_socket.size()); ++cpu) {
+    if (!CPU_ISSET(cpu, &mask) || m.cpu_socket[cpu] < 0) continue;
+    if (seen >= 0 && m.cpu_socket[cpu] != seen) return true;
+    seen = m.cpu_socket[cpu];
+  }
+  return false;
+}
+
+}  // namespace
+
+Placement PlaceThisThread(const Model& m, uint64_t now_ns) {
+  ThreadPlace& t = this_thread_place;
+  if (t.model != &m || t.calls_until_check == 0) {
+    if (t.model != &m) t.next_move_ns = 0;
+    t.model = &m;
+    t.calls_until_check = 4096;
+    t.spans = m.numa_nodes > 1 && AffinitySpansSockets(m);
+    if (t.rng == 0) t.rng = (now_ns ^ reinterpret_cast<uintptr_t>(&t)) | 1;
+  }
+  --t.calls_until_check;
+  if (!t.spans) {
+    t.next_move_ns = 0;
+    return Placement{NodeOfCpu(m, sched_getcpu()), 0, false};
+  }
+  uint64_t refill = 0;
+  if (t.next_move_ns == 0 || now_ns >= t.next_move_ns) {
+    if (t.next_move_ns != 0) refill = m.refill_ns;  // the first placement finds a cold cache anyway
+    t.socket = static_cast<int>(NextRandom(t) % static_cast<uint64_t>(m.numa_nodes));
+    // Moves come at random (exponential gaps, mean migrate_us).
+    double u = (static_cast<double>(NextRandom(t) >> 11) + 0.5) / 9007199254740992.0;
+    t.next_move_ns = now_ns + static_cast<uint64_t>(-std::log(u) * m.migrate_us * 1000.0);
+  }
+  return Placement{t.socket, refill, true};
+}
+
+void ForgetThisThreadsPlacement() { this_thread_place.model = nullptr; }
 
 }  // namespace simnic

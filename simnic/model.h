@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace simnic {
 
@@ -17,26 +18,40 @@ struct Model {
   size_t tx_depth = 4096;      // SIMNIC_TX_DEPTH: EFA's tx_attr->size on a p5
   size_t rx_depth = 8192;      // SIMNIC_RX_DEPTH: EFA's rx_attr->size on a p5
   size_t cq_entries = 16384;   // SIMNIC_CQ_ENTRIES: completion ring per CQ
-  // Costs on the posting and polling CPU (busy waits).
-  // The three CPU costs come from the series' own p5 rates (docs/simnic.md,
-  // "Where the costs come from"): chapters 13 -> 14 differ only in CQ reads
-  // per WRITE, which gives about 0.3 us per fi_cq_read and 1.55 us per
-  // WRITE besides; less what our program and the simulator already spend
-  // per WRITE (measured), 1.0 us is left to simulate per post.
-  uint32_t doorbell_ns = 300;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same node
-  double remote_numa_factor = 3;  // SIMNIC_REMOTE_NUMA_FACTOR: doorbell across nodes
-  uint32_t post_ns = 700;         // SIMNIC_POST_NS: the provider's software post path
-  uint32_t cq_poll_ns = 300;      // SIMNIC_CQ_POLL_NS: one fi_cq_read (a DMA'd line)
-  int numa_nodes = 2;             // SIMNIC_NUMA_NODES: virtual NUMA nodes, as a p5
+  // Costs on the posting and polling CPU (busy waits). Each is a mechanism
+  // of a NIC or a CPU, never a chapter's: docs/simnic.md says what each
+  // stands for, and tools/simnic_fit.py fits the defaults.
+  uint32_t post_ns = 400;              // SIMNIC_POST_NS: the provider's software path per post
+  uint32_t doorbell_ns = 250;          // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
+  double remote_numa_factor = 3;       // SIMNIC_REMOTE_NUMA_FACTOR: the doorbell, the post's
+                                       // descriptor and the CQ line from the other socket
+  uint32_t cq_poll_ns = 200;           // SIMNIC_CQ_POLL_NS: one fi_cq_read (the line the NIC wrote)
+  uint32_t cq_entry_ns = 40;           // SIMNIC_CQ_ENTRY_NS: each completion it returns
+  uint32_t first_contact_ns = 200000;  // SIMNIC_FIRST_CONTACT_NS: first WRITE of a NIC into a
+                                       // remote region (EFA's handshake, address handle)
+  uint32_t lock_line_ns = 150;         // SIMNIC_LOCK_LINE_NS: an FI_THREAD_SAFE lock last taken by
+                                       // another thread (its line moves; x factor across sockets)
+  int numa_nodes = 2;                  // SIMNIC_NUMA_NODES: virtual sockets, as a p5
+  // The p5's scheduler, simulated for a thread whose affinity spans both
+  // virtual sockets (an unpinned thread): it runs on a socket, is moved now
+  // and then (to either socket), and refills its cache after each move.
+  double migrate_us = 500;      // SIMNIC_MIGRATE_US: mean time between moves
+  uint32_t refill_ns = 167000;  // SIMNIC_REFILL_NS: cold cache after a move
+  // Virtual socket of each CPU the process may use (-1: not in its mask),
+  // read once when the model is (the main thread, at fi_getinfo).
+  std::vector<int16_t> cpu_socket;
+  int mask_cores = 0;
   // Rules.
   bool direct = false;           // SIMNIC_DIRECT: efa-direct's AV rule and MTU
   size_t mtu = 8192;             // efa-direct refuses larger messages
   size_t max_send = 256 * 1024;  // largest message without the MTU rule
   // The data path.
-  int engine_threads = 2;       // SIMNIC_ENGINE_THREADS: per process
-  size_t ring_bytes = 1 << 20;  // SIMNIC_RING_BYTES: inbound ring per initiator
-  int ring_slots = 16;          // SIMNIC_RING_SLOTS: initiators per endpoint
-  uint32_t peer_check_ms = 50;  // how often dead peers are looked for
+  int engine_threads = 2;        // SIMNIC_ENGINE_THREADS: per process
+  std::vector<int> engine_cpus;  // SIMNIC_ENGINE_CPUS ("0,2,4-6"): where engine threads may
+                                 // run (the tools keep them off the writers' cores)
+  size_t ring_bytes = 1 << 20;   // SIMNIC_RING_BYTES: inbound ring per initiator
+  int ring_slots = 16;           // SIMNIC_RING_SLOTS: initiators per endpoint
+  uint32_t peer_check_ms = 50;   // how often dead peers are looked for
 
   // Line rate of one NIC in bits per second, after scaling.
   double line_bps() const { return unscaled_gbps * 1e9 / scale; }
@@ -56,9 +71,26 @@ uint64_t NowNs();
 // uncached write or a cache miss stalls it.
 void SpinFor(uint64_t ns);
 
-// Virtual NUMA node of a CPU (its share of the online CPU list) and of a NIC
-// (its share of the domain indices); -1 when unknown.
-int NodeOfCpu(int cpu, int nodes);
+// Virtual socket of a CPU (the process's affinity mask, in the order hwloc
+// lists cores, SMT siblings together, cut into `numa_nodes` equal parts) and
+// of a NIC (its share of the domain indices: groups 0-3 of 8 on socket 0);
+// -1 when unknown.
+int NodeOfCpu(const Model& m, int cpu);
 int NodeOfNic(int nic_index, int nics, int nodes);
+
+// Where the calling thread runs, for the costs of one provider call: its
+// virtual socket, and the cold-cache refill it owes (ns, once per move).
+// A thread pinned within one virtual socket runs where the kernel put it;
+// a thread whose affinity spans both is placed and moved by the simulated
+// p5 scheduler (Model::migrate_us, refill_ns). The affinity is read again
+// every few thousand calls (a thread may pin itself at any time).
+struct Placement {
+  int socket;
+  uint64_t refill_ns;
+  bool simulated;  // placed by the simulated scheduler
+};
+Placement PlaceThisThread(const Model& m, uint64_t now_ns);
+// Test hook: forget this thread's placement (its affinity is read again).
+void ForgetThisThreadsPlacement();
 
 }  // namespace simnic

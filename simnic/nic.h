@@ -112,6 +112,36 @@ enum ProviderError : uint16_t {
 const char* ProviderErrorText(int prov_errno);
 
 // ---------------------------------------------------------------------------
+// The FI_THREAD_SAFE lock of an endpoint's post path and of a CQ. Never a
+// wait without bound: a caller that cannot take it within kLockSpinNs
+// answers -FI_EAGAIN (its holder may be a thread that got no core), as a
+// full queue does. It remembers who took it last: a lock taken from another
+// thread costs its cache line's move (Model::lock_line_ns).
+struct BoundedLock {
+  static constexpr uint64_t kLockSpinNs = 20000;
+  std::atomic<bool> held{false};
+  int last_tid = 0;  // under the lock
+  int last_socket = -1;
+  // True once held; false after `spin_ns` of trying.
+  bool TryLockFor(uint64_t spin_ns) {
+    if (!held.exchange(true, std::memory_order_acquire)) return true;
+    uint64_t until = NowNs() + spin_ns;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        if (!held.load(std::memory_order_relaxed) &&
+            !held.exchange(true, std::memory_order_acquire))
+          return true;
+      }
+      if (NowNs() >= until) return false;
+    }
+  }
+  void Unlock() { held.store(false, std::memory_order_release); }
+};
+
+// ---------------------------------------------------------------------------
 // Completion queue: a single-producer (the domain's engine thread),
 // single-consumer (the polling thread) ring.
 
@@ -144,7 +174,7 @@ struct CompletionQueue {
   Domain* domain = nullptr;
   fi_cq_format format = FI_CQ_FORMAT_DATA;
   bool locked = false;
-  std::mutex mutex;
+  BoundedLock lock;
   std::vector<CqEntry> entries;
   uint64_t mask = 0;
   std::atomic<int> bound_endpoints{0};
@@ -340,18 +370,27 @@ struct Endpoint {
   Address address{};
 
   // The submit ring: posts produce, the engine consumes.
-  std::mutex post_mutex;
+  BoundedLock post_lock;
+  // (remote region, key) pairs this endpoint has written to: the first
+  // WRITE into each pays Model::first_contact_ns (under post_lock).
+  std::vector<std::pair<const PeerRegion*, uint64_t>> contacted;
   std::vector<Descriptor> submit;
   uint64_t submit_mask = 0;
-  uint64_t produced = 0;  // under post_mutex
+  uint64_t produced = 0;  // under post_lock
   // Doorbells rung, and those rung from another virtual NUMA node than the
-  // NIC's (under post_mutex, like `produced`); SIMNIC_STATS prints them.
+  // NIC's (under post_lock, like `produced`); SIMNIC_STATS prints them.
   uint64_t doorbells = 0;
   uint64_t remote_doorbells = 0;
   alignas(64) std::atomic<uint64_t> published{0};
   alignas(64) std::atomic<uint64_t> consumed{0};
 
   // Engine state (only the endpoint's engine thread touches it).
+  // Transmits, and those the engine put on the wire more than kLateNs after
+  // the line would have finished them: an engine behind the line rate
+  // (SIMNIC_REPORT tells the tools).
+  static constexpr uint64_t kLateNs = 1000000;
+  uint64_t transmits = 0;
+  uint64_t late_transmits = 0;
   std::deque<WireOp> wire;
   double wire_free_ns = 0;
   std::unordered_map<PeerRegion*, std::unique_ptr<Connection>> connections;
@@ -389,8 +428,9 @@ class Engine {
   // begun unloading the provider, and run from unmapped code).
   static bool Created();
   void Add(Endpoint* ep);
-  // Returns once no engine thread touches `ep` any more.
-  void Remove(Endpoint* ep);
+  // Returns true once no engine thread touches `ep` any more; false when
+  // its engine thread did not let go within 5 s (`ep` must then be kept).
+  bool Remove(Endpoint* ep);
   void StopAll();
   ~Engine();
 

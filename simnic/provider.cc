@@ -9,6 +9,7 @@
 // fi_info made by the 1.17-era symbol this library links against would be
 // too small for a 2.x core.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -19,6 +20,8 @@
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
@@ -329,6 +332,72 @@ void ReleaseCredit(const CqEntry& e) {
   if (e.credit == kRxCredit) e.credits->rx.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// ---------------------------------------------------------------------------
+// What a provider call costs the calling thread (docs/simnic.md, "Costs").
+
+int ThisThreadTid() {
+  thread_local int tid = 0;
+  if (tid == 0) tid = static_cast<int>(syscall(SYS_gettid));
+  return tid;
+}
+
+// Where the caller runs for this call (its virtual socket, or where the
+// simulated p5 scheduler put an unpinned thread), and the costs it spins
+// for: Remote() costs are dearer from the other socket than the NIC's.
+// The cold-cache refill owed after a simulated move is paid at once.
+class ThreadCharge {
+ public:
+  ThreadCharge(const Model& m, int nic_socket) : m_(m) {
+    Placement place = PlaceThisThread(m, NowNs());
+    socket_ = place.socket;
+    remote_ = place.socket >= 0 && place.socket != nic_socket;
+    SpinFor(place.refill_ns);
+  }
+  bool remote() const { return remote_; }
+  int socket() const { return socket_; }
+  void Local(uint64_t ns) { SpinFor(ns); }
+  void Remote(uint64_t ns) {
+    SpinFor(remote_ ? static_cast<uint64_t>(static_cast<double>(ns) * m_.remote_numa_factor) : ns);
+  }
+  const Model& model() const { return m_; }
+
+ private:
+  const Model& m_;
+  int socket_ = -1;
+  bool remote_ = false;
+};
+
+// Takes a BoundedLock (or none) for one call; a lock last taken by another
+// thread charges its line's move.
+class CallLock {
+ public:
+  CallLock(BoundedLock* lock, ThreadCharge& charge) : lock_(lock) {
+    if (lock_ == nullptr) return;
+    if (!lock_->TryLockFor(BoundedLock::kLockSpinNs)) {
+      lock_ = nullptr;
+      held_ = false;
+      return;
+    }
+    int tid = ThisThreadTid();
+    if (lock_->last_tid != 0 && lock_->last_tid != tid) {
+      uint64_t ns = charge.model().lock_line_ns;
+      bool far =
+          lock_->last_socket >= 0 && charge.socket() >= 0 && lock_->last_socket != charge.socket();
+      charge.Local(far ? static_cast<uint64_t>(ns * charge.model().remote_numa_factor) : ns);
+    }
+    lock_->last_tid = tid;
+    lock_->last_socket = charge.socket();
+  }
+  ~CallLock() {
+    if (lock_ != nullptr) lock_->Unlock();
+  }
+  bool held() const { return held_; }
+
+ private:
+  BoundedLock* lock_;
+  bool held_ = true;
+};
+
 void StoreEntry(fi_cq_format format, void* buf, size_t n, const CqEntry& e) {
   switch (format) {
     case FI_CQ_FORMAT_CONTEXT:
@@ -346,11 +415,14 @@ void StoreEntry(fi_cq_format format, void* buf, size_t n, const CqEntry& e) {
 
 ssize_t CqRead(fid_cq* f, void* buf, size_t count) {
   CompletionQueue* cq = CqOf(f);
+  const Model& m = *cq->domain->model;
+  ThreadCharge charge(m, cq->domain->nic_node);
+  CallLock lock(cq->locked ? &cq->lock : nullptr, charge);
+  if (!lock.held()) return -FI_EAGAIN;  // another thread holds it: try again
   // Reading the completion ring costs a cache miss or so per poll on a real
-  // NIC (the NIC wrote the line): charged whether or not it finds anything.
-  SpinFor(cq->domain->model->cq_poll_ns);
-  std::unique_lock<std::mutex> lock(cq->mutex, std::defer_lock);
-  if (cq->locked) lock.lock();
+  // NIC (the NIC wrote the line): charged whether or not it finds anything,
+  // dearer from the other socket; and a little per entry it returns.
+  charge.Remote(m.cq_poll_ns);
   uint64_t consumed = cq->consumed.load(std::memory_order_relaxed);
   uint64_t produced = cq->produced.load(std::memory_order_acquire);
   if (consumed == produced) return -FI_EAGAIN;
@@ -364,6 +436,7 @@ ssize_t CqRead(fid_cq* f, void* buf, size_t count) {
     ++n;
   }
   cq->consumed.store(consumed, std::memory_order_release);
+  charge.Local(static_cast<uint64_t>(m.cq_entry_ns) * n);
   return n > 0 ? static_cast<ssize_t>(n) : -FI_EAVAIL;
 }
 
@@ -375,8 +448,9 @@ ssize_t CqReadFrom(fid_cq* f, void* buf, size_t count, fi_addr_t* src_addr) {
 
 ssize_t CqReadErr(fid_cq* f, fi_cq_err_entry* buf, uint64_t) {
   CompletionQueue* cq = CqOf(f);
-  std::unique_lock<std::mutex> lock(cq->mutex, std::defer_lock);
-  if (cq->locked) lock.lock();
+  ThreadCharge charge(*cq->domain->model, cq->domain->nic_node);
+  CallLock lock(cq->locked ? &cq->lock : nullptr, charge);
+  if (!lock.held()) return -FI_EAGAIN;
   uint64_t consumed = cq->consumed.load(std::memory_order_relaxed);
   if (consumed == cq->produced.load(std::memory_order_acquire)) return -FI_EAGAIN;
   const CqEntry& e = cq->entries[consumed & cq->mask];
@@ -661,14 +735,24 @@ fi_ops_mr mr_ops = {sizeof(fi_ops_mr), MrReg, MrRegv, MrRegAttr};
 
 Endpoint* EpOf(fid_ep* f) { return reinterpret_cast<Endpoint*>(f); }
 
-// The doorbell: an uncached write to the NIC, dearer from the other node.
-void RingDoorbell(Endpoint* ep) {
-  const Model& m = *ep->model;
-  int node = NodeOfCpu(sched_getcpu(), m.numa_nodes);
-  bool remote = node >= 0 && node != ep->nic_node;
+// The doorbell: an uncached write to the NIC, dearer from the other socket.
+void RingDoorbell(Endpoint* ep, ThreadCharge& charge) {
   ++ep->doorbells;
-  if (remote) ++ep->remote_doorbells;
-  SpinFor(static_cast<uint64_t>(remote ? m.remote_doorbell_ns() : m.doorbell_ns));
+  if (charge.remote()) ++ep->remote_doorbells;
+  charge.Remote(ep->model->doorbell_ns);
+}
+
+// EFA's first WRITE from a NIC into a remote region sets up what later ones
+// reuse (its handshake with the peer, an address handle): charged once per
+// (endpoint, remote region and key). Under post_lock.
+void FirstContact(Endpoint* ep, const Descriptor& d, ThreadCharge& charge) {
+  if (d.kind != OpKind::kWrite || ep->model->first_contact_ns == 0) return;
+  for (const auto& seen : ep->contacted) {
+    if (seen.first == d.peer && seen.second == d.key) return;
+  }
+  if (ep->contacted.size() >= 4096) ep->contacted.clear();  // a long-lived server's old clients
+  ep->contacted.emplace_back(d.peer, d.key);
+  charge.Local(ep->model->first_contact_ns);
 }
 
 // The local buffer must lie in the registration its descriptor names
@@ -693,10 +777,13 @@ PeerRegion* Resolve(const Endpoint* ep, fi_addr_t addr) {
 // doorbell, which publishes everything written so far (EFA holds FI_MORE
 // posts on the host until then).
 ssize_t Post(Endpoint* ep, const Descriptor& d, uint64_t flags) {
-  std::unique_lock<std::mutex> lock(ep->post_mutex, std::defer_lock);
-  if (ep->locked) lock.lock();  // FI_THREAD_SAFE; FI_THREAD_DOMAIN takes none
-  if (!ep->enabled) return -FI_EOPBADSTATE;
   const Model& m = *ep->model;
+  ThreadCharge charge(m, ep->nic_node);
+  // FI_THREAD_SAFE; FI_THREAD_DOMAIN takes none. Held by another thread
+  // for long: -FI_EAGAIN, as a full queue.
+  CallLock lock(ep->locked ? &ep->post_lock : nullptr, charge);
+  if (!lock.held()) return -FI_EAGAIN;
+  if (!ep->enabled) return -FI_EOPBADSTATE;
   bool rx = d.kind == OpKind::kRecv;
   std::atomic<int64_t>& used = rx ? ep->credits->rx : ep->credits->tx;
   size_t depth = rx ? m.rx_depth : m.tx_depth;
@@ -704,10 +791,13 @@ ssize_t Post(Endpoint* ep, const Descriptor& d, uint64_t flags) {
   used.fetch_add(1, std::memory_order_relaxed);
   ep->submit[ep->produced & ep->submit_mask] = d;
   ++ep->produced;
-  SpinFor(m.post_ns);
+  // The software path: building the work request and the descriptor in
+  // memory of the NIC's socket.
+  charge.Remote(m.post_ns);
+  FirstContact(ep, d, charge);
   if (!(flags & FI_MORE)) {
     ep->published.store(ep->produced, std::memory_order_release);
-    RingDoorbell(ep);
+    RingDoorbell(ep, charge);
   }
   return 0;
 }
@@ -901,7 +991,32 @@ int EpControl(fid* f, int command, void* arg) {
 int EpClose(fid* f) {
   Endpoint* ep = reinterpret_cast<Endpoint*>(f);
   bool was_enabled = ep->enabled;
-  if (was_enabled) Engine::Get().Remove(ep);
+  if (was_enabled && !Engine::Get().Remove(ep)) {
+    // Its engine thread got no core for seconds: keep the endpoint (and its
+    // region) rather than free what that thread may still read.
+    std::fprintf(stderr, "simnic: NIC simnic%d: engine busy at close; endpoint kept\n",
+                 ep->domain->index);
+    return 0;
+  }
+  if (const char* report = std::getenv("SIMNIC_REPORT"); report != nullptr && *report) {
+    // For the tools: did the engine keep up with the line (nic.h, kLateNs)?
+    // One line per endpoint, appended whole (O_APPEND) by every process.
+    char line[256];
+    int n = std::snprintf(line, sizeof(line),
+                          "simnic-report pid=%d nic=%d transmits=%llu late=%llu doorbells=%llu "
+                          "remote_doorbells=%llu\n",
+                          static_cast<int>(getpid()), ep->domain->index,
+                          static_cast<unsigned long long>(ep->transmits),
+                          static_cast<unsigned long long>(ep->late_transmits),
+                          static_cast<unsigned long long>(ep->doorbells),
+                          static_cast<unsigned long long>(ep->remote_doorbells));
+    int fd = open(report, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ssize_t written = write(fd, line, static_cast<size_t>(n));
+      (void)written;  // a report is best effort
+      close(fd);
+    }
+  }
   if (std::getenv("SIMNIC_STATS") != nullptr) {
     // What the chapters cannot count themselves: where the doorbells came
     // from (an unpinned thread that drifts to the other node pays more),

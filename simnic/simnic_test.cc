@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,7 +206,9 @@ class SimnicTest : public ::testing::Test {
   void SetUp() override {
     for (const char* name :
          {"SIMNIC_NICS", "SIMNIC_SCALE", "SIMNIC_LINE_GBPS", "SIMNIC_TX_DEPTH", "SIMNIC_DIRECT",
-          "SIMNIC_DOORBELL_NS", "SIMNIC_CQ_POLL_NS", "SIMNIC_ENGINE_THREADS"}) {
+          "SIMNIC_DOORBELL_NS", "SIMNIC_CQ_POLL_NS", "SIMNIC_ENGINE_THREADS", "SIMNIC_CQ_ENTRY_NS",
+          "SIMNIC_FIRST_CONTACT_NS", "SIMNIC_LOCK_LINE_NS", "SIMNIC_REFILL_NS", "SIMNIC_MIGRATE_US",
+          "SIMNIC_POST_NS"}) {
       unsetenv(name);
     }
     // Fast defaults for tests: 4 NICs, 100 Gbps unscaled, no CPU costs.
@@ -213,6 +216,10 @@ class SimnicTest : public ::testing::Test {
     setenv("SIMNIC_SCALE", "1", 1);
     setenv("SIMNIC_DOORBELL_NS", "0", 1);
     setenv("SIMNIC_CQ_POLL_NS", "0", 1);
+    setenv("SIMNIC_CQ_ENTRY_NS", "0", 1);
+    setenv("SIMNIC_FIRST_CONTACT_NS", "0", 1);
+    setenv("SIMNIC_LOCK_LINE_NS", "0", 1);
+    setenv("SIMNIC_REFILL_NS", "0", 1);
     setenv("SIMNIC_ENGINE_THREADS", "1", 1);
   }
 };
@@ -536,6 +543,33 @@ TEST_F(SimnicTest, DoorbellChargedOncePerPostWithoutFiMore) {
   EXPECT_LT(batched, each / 2) << "one doorbell for the batch";
 }
 
+// EFA's handshake and address handle: the first WRITE of a NIC into a
+// remote region pays SIMNIC_FIRST_CONTACT_NS, later ones do not.
+TEST_F(SimnicTest, FirstContactChargedOncePerRegion) {
+  setenv("SIMNIC_FIRST_CONTACT_NS", "20000000", 1);  // 20 ms, to measure on any machine
+  setenv("SIMNIC_NUMA_NODES", "1", 1);
+  Nic a(0), b(1);
+  std::vector<uint8_t> source(64), target(64);
+  fid_mr* src = a.Register(source.data(), 64);
+  fid_mr* dst = b.Register(target.data(), 64);
+  fi_addr_t peer = a.Insert(b.address());
+  uint64_t remote = reinterpret_cast<uint64_t>(target.data());
+  auto start = Clock::now();
+  ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+            0);
+  double first = SecondsSince(start);
+  start = Clock::now();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(a.Write(source.data(), 64, src, peer, remote, fi_mr_key(dst), nullptr, FI_COMPLETION),
+              0);
+  }
+  double later = SecondsSince(start);
+  ASSERT_EQ(a.Poll(6, 10).size(), 6u);
+  unsetenv("SIMNIC_NUMA_NODES");
+  EXPECT_GE(first, 0.020);
+  EXPECT_LT(later, 0.020) << "five more WRITEs into the same region: no first contact";
+}
+
 // NIC 0 writing 64 bytes into NIC 1, both in this process: what the
 // SIMNIC_STATS tests need (the older tests spell it out each).
 struct WritingPair {
@@ -551,10 +585,57 @@ struct WritingPair {
   }
 };
 
+using WritingPairFactory = std::unique_ptr<WritingPair> (*)();
+std::unique_ptr<WritingPair> MakeWritingPair() { return std::make_unique<WritingPair>(); }
+
+// The simulated p5 scheduler: a thread whose affinity spans both virtual
+// sockets is moved now and then and pays a cold-cache refill after each
+// move; a thread pinned to one CPU is never charged one.
+TEST_F(SimnicTest, UnpinnedThreadPaysRefillsPinnedNone) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  if (cpus < 2 || CPU_COUNT(&saved) < 2) GTEST_SKIP() << "one CPU: one virtual socket";
+  setenv("SIMNIC_REFILL_NS", "2000000", 1);  // 2 ms a move
+  setenv("SIMNIC_MIGRATE_US", "1", 1);       // a move before nearly every call
+  setenv("SIMNIC_NUMA_NODES", "2", 1);
+  auto time_posts = [](WritingPairFactory make) {
+    auto pair = make();
+    auto start = Clock::now();
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(pair->Write(FI_COMPLETION), 0);
+    double seconds = SecondsSince(start);
+    EXPECT_EQ(pair->a.Poll(10, 10).size(), 10u);
+    return seconds;
+  };
+  double unpinned = time_posts(MakeWritingPair);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &saved)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  double pinned = time_posts(MakeWritingPair);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  unsetenv("SIMNIC_NUMA_NODES");
+  EXPECT_GE(unpinned, 0.010) << "a move before nearly every post, 2 ms each";
+  EXPECT_LT(pinned, 0.010) << "a pinned thread is never moved";
+}
+
 // SIMNIC_STATS: one line per endpoint at close, doorbells and those rung
 // from another virtual NUMA node (docs/12_pin.md's exercises read it).
 TEST_F(SimnicTest, StatsCountDoorbellsAndRemoteOnes) {
   setenv("SIMNIC_STATS", "1", 1);
+  {
+    // The virtual sockets are carved from the process's affinity mask when
+    // the first model is read: before this thread pins itself below.
+    fi_info* hints = Hints();
+    int ret = 0;
+    fi_freeinfo(GetInfo(hints, &ret));
+    fi_freeinfo(hints);
+  }
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t saved;
   ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);

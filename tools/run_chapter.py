@@ -7,7 +7,15 @@ verified every byte, and prints the server's JSON result line.
 
   tools/run_chapter.py 10_warmup --provider shm
   tools/run_chapter.py 14_batch --provider tcp --gpus 2 --nics-per-gpu 2 --repeat 100
-  tools/run_chapter.py 14_batch --provider simnic --page-size 256 --counters
+  tools/run_chapter.py 14_batch --provider simnic --counters
+
+Over simnic the defaults fit the machine: 256-byte pages (a 64 KiB page of
+the p5, scaled), the largest layout up to 8 GPUs x 4 NICs whose busy threads
+(writers and engine threads) fit the CPUs this process may use (printed),
+one client poller thread that backs off when idle, and engine threads kept
+off the writers' cores. A run whose writers were preempted or whose engine
+fell behind the line rate is flagged ("flags" in the JSON line) and does not
+count in tools/compare.py's medians.
 
 --counters adds the writer threads' counters per WRITE after the JSON line
 (docs/README.md, "Counters", says what each one counts).
@@ -41,12 +49,14 @@ def add_run_flags(parser):
                         "NIC, docs/simnic.md (default: %(default)s)")
     parser.add_argument("--memory", default="host", choices=["host", "cuda", "auto"],
                         help="where both sides' buffers live (default: %(default)s)")
-    parser.add_argument("--gpus", type=int, default=1,
-                        help="GPU groups per side (default: %(default)s)")
-    parser.add_argument("--nics-per-gpu", type=int, default=2,
-                        help="endpoints per group (default: %(default)s)")
-    parser.add_argument("--page-size", type=int, default=65536,
-                        help="bytes per WRITE (default: %(default)s)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPU groups per side (default: 1; simnic: the largest layout that "
+                        "fits this machine's CPUs, up to 8)")
+    parser.add_argument("--nics-per-gpu", type=int, default=None,
+                        help="endpoints per group (default: 2; simnic: 4)")
+    parser.add_argument("--page-size", type=int, default=None,
+                        help="bytes per WRITE (default: 65536; simnic: 256, the p5's 64 KiB "
+                        "scaled by SIMNIC_SCALE)")
     parser.add_argument("--pages", type=int, default=1000,
                         help="pages per client buffer (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=50,
@@ -67,6 +77,156 @@ def add_run_flags(parser):
                         help="an extra flag for the client only (e.g. --client-arg=--cuda-devices=1)")
 
 
+# --- simnic's machine-sized defaults ----------------------------------------
+
+SIMNIC_PAGE_SIZE = 256          # 64 KiB / SIMNIC_SCALE (256): the p5's WRITE rate
+SIMNIC_NICS_PER_GPU = 4         # the p5's 4 NICs per GPU
+SIMNIC_MAX_GPUS = 8
+SIMNIC_LINE_BPS = 100e9 / 256   # one simulated NIC (SIMNIC_LINE_GBPS / SIMNIC_SCALE defaults)
+# WRITEs a second one engine thread moves at 256 bytes (the initiator's side
+# or the target's), with room to spare: docs/simnic.md, "The model's own
+# costs". An engine that still falls behind is flagged, not hidden.
+ENGINE_WRITES_PER_THREAD = 3.0e6
+# A run is "preempted" when its writer threads had more involuntary context
+# switches than one per 50,000 WRITEs: each can take a time slice (~3 ms,
+# thousands of WRITEs) from a thread that busy-polls.
+PREEMPTION_BOUND = 1 / 50000
+# ... and its engine "fell behind" when more than 5% of its WRITEs went on
+# the wire over 1 ms later than the line rate allowed (SIMNIC_REPORT).
+ENGINE_LATE_BOUND = 0.05
+
+
+def allowed_cpus():
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return list(range(os.cpu_count() or 1))
+
+
+def _topology_int(cpu, name, fallback):
+    try:
+        return int(pathlib.Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/{name}").read_text())
+    except (OSError, ValueError):
+        return fallback
+
+
+def physical_cores(cpus):
+    """The cores wholly inside `cpus`, in hwloc's order, each as the list of
+    its CPUs (what common/topology.cc pins to: a core's first CPU)."""
+    by_core, package_first = {}, {}
+    for cpu in cpus:
+        package = _topology_int(cpu, "physical_package_id", 0)
+        key = (package, _topology_int(cpu, "die_id", 0), _topology_int(cpu, "core_id", cpu))
+        by_core.setdefault(key, []).append(cpu)
+        package_first.setdefault(package, cpu)
+    cores = []
+    for key, members in by_core.items():
+        try:
+            siblings = pathlib.Path(f"/sys/devices/system/cpu/cpu{members[0]}/topology/"
+                                    "thread_siblings_list").read_text().strip()
+            whole = set(_cpu_list(siblings)) <= set(cpus)
+        except OSError:
+            whole = True
+        cores.append((package_first[key[0]], members[0], members, whole))
+    cores.sort()
+    full = [c[2] for c in cores if c[3]]
+    return full or [[cpu] for cpu in cpus]  # hwloc's fallback: every CPU counts as a core
+
+
+def _cpu_list(text):
+    out = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def engine_threads_for(gpus, nics_per_gpu, page_size):
+    line_writes = gpus * nics_per_gpu * SIMNIC_LINE_BPS / (8 * page_size)
+    return max(1, -(-int(line_writes) // int(ENGINE_WRITES_PER_THREAD)))
+
+
+def writer_cpus(cores, gpus):
+    """The CPU each group's writer is pinned to from chapter 12 on: the middle
+    core of the group's slice of the cores (common/topology.cc)."""
+    pinned = []
+    for g in range(gpus):
+        if len(cores) < gpus:
+            part = [cores[g % len(cores)]]
+        else:
+            part = cores[g * len(cores) // gpus:(g + 1) * len(cores) // gpus]
+        pinned.append(part[len(part) // 2][0])
+    return pinned
+
+
+def simnic_layout(page_size, nics_per_gpu=SIMNIC_NICS_PER_GPU, cpus=None):
+    """The largest GPU count (<= 8) whose busy threads fit: a writer per group
+    on a core of its own, plus each side's engine threads, within the CPUs
+    this process may use. The client's one poller backs off when idle and is
+    not counted. Returns (gpus, engine threads per process, engine CPUs)."""
+    cpus = cpus if cpus is not None else allowed_cpus()
+    cores = physical_cores(cpus)
+    for gpus in range(SIMNIC_MAX_GPUS, 0, -1):
+        engines = engine_threads_for(gpus, nics_per_gpu, page_size)
+        if gpus <= len(cores) and gpus + 2 * engines <= len(cpus):
+            break
+    pinned = set(writer_cpus(cores, gpus))
+    free = [c for c in cpus if c not in pinned]
+    return gpus, engines, free
+
+
+def resolve_defaults(args, say=print):
+    """Fills in the layout and page size left unset; over simnic, sized to
+    this machine (and says so)."""
+    simnic = getattr(args, "provider", "") == "simnic"
+    if getattr(args, "page_size", None) is None:
+        args.page_size = SIMNIC_PAGE_SIZE if simnic else 65536
+    if getattr(args, "nics_per_gpu", None) is None:
+        args.nics_per_gpu = SIMNIC_NICS_PER_GPU if simnic else 2
+    chosen = getattr(args, "gpus", None) is None
+    if not simnic:
+        if chosen:
+            args.gpus = 1
+        return
+    cpus = allowed_cpus()
+    gpus, engines, free = simnic_layout(args.page_size, args.nics_per_gpu, cpus)
+    if chosen:
+        args.gpus = gpus
+    else:
+        engines = engine_threads_for(args.gpus, args.nics_per_gpu, args.page_size)
+        free = [c for c in cpus if c not in set(writer_cpus(physical_cores(cpus), args.gpus))]
+    args.simnic_engine_threads = engines
+    args.simnic_engine_cpus = free
+    if chosen and say:
+        say(f"simnic layout: {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s), page "
+            f"{args.page_size} B: {args.gpus} writer(s) + {engines} + {engines} engine threads "
+            f"fit the {len(cpus)} CPU(s) this process may use; one client poller (backs off "
+            f"when idle)")
+
+
+def run_flags(record, report_lines, server_pid):
+    """Why a run does not count: 'preempted', 'engine behind', or none."""
+    flags = []
+    writes = record.get("writes") or 0
+    switches = record.get("involuntary_switches")
+    if writes and switches is not None and switches / writes > PREEMPTION_BOUND:
+        flags.append("preempted")
+    transmits = late = 0
+    for line in report_lines:
+        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        if fields.get("pid") != str(server_pid):
+            continue
+        transmits += int(fields.get("transmits", 0))
+        late += int(fields.get("late", 0))
+    record["engine_late_share"] = round(late / transmits, 4) if transmits else None
+    if transmits and late / transmits > ENGINE_LATE_BOUND:
+        flags.append("engine behind")
+    return flags
+
+
 def build(chapter_list):
     targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in ("server", "client")]
     subprocess.run(["bazel", "build", *targets, "//simnic:libsimnic-fi.so"], cwd=ROOT, check=True)
@@ -82,6 +242,12 @@ def simnic_env(args):
     if args.bin_dir:
         candidates.insert(0, pathlib.Path(args.bin_dir) / "simnic")
     env = {"SIMNIC_NICS": os.environ.get("SIMNIC_NICS", str(args.gpus * args.nics_per_gpu))}
+    engines = getattr(args, "simnic_engine_threads", None)
+    if engines and not os.environ.get("SIMNIC_ENGINE_THREADS"):
+        env["SIMNIC_ENGINE_THREADS"] = str(engines)
+    free = getattr(args, "simnic_engine_cpus", None)
+    if free and not os.environ.get("SIMNIC_ENGINE_CPUS"):
+        env["SIMNIC_ENGINE_CPUS"] = ",".join(str(c) for c in free)
     if not os.environ.get("FI_PROVIDER_PATH"):
         found = [c for c in candidates if (c / "libsimnic-fi.so").exists()]
         if not found:
@@ -109,6 +275,13 @@ def env_with(pairs, extra=None):
 
 def run_once(args, chapter, echo=True):
     """Runs one transfer; returns the server's result record (a dict)."""
+    if getattr(args, "page_size", None) is None or getattr(args, "gpus", None) is None or \
+            getattr(args, "nics_per_gpu", None) is None:
+        resolve_defaults(args, say=None)
+    simnic = args.provider == "simnic"
+    client_extra = list(getattr(args, "client_arg", []))
+    if simnic and not any(a.startswith("--poll-threads") for a in client_extra):
+        client_extra += ["--poll-threads", "one"]
     buffer_size = args.buffer_size or max(args.page_size * args.pages, 4096)
     layout = ["--provider", args.provider, "--memory", args.memory, "--gpus", str(args.gpus),
               "--nics-per-gpu", str(args.nics_per_gpu), "--buffer-size", str(buffer_size)]
@@ -117,8 +290,11 @@ def run_once(args, chapter, echo=True):
         server_cmd = [binary(args, chapter, "server"), "--once", "--repeat", str(args.repeat),
                       "--address-file", str(tmp / "address"), "--result-json",
                       str(tmp / "server.json"), *layout, *getattr(args, "server_arg", [])]
+        extra_env = simnic_env(args)
+        if simnic:
+            extra_env["SIMNIC_REPORT"] = str(tmp / "simnic-report")
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=env_with(args.server_env, simnic_env(args)))
+                                  text=True, env=env_with(args.server_env, extra_env))
         try:
             deadline = time.monotonic() + 60
             while not (tmp / "address").exists() or not (tmp / "address").read_text().strip():
@@ -130,10 +306,10 @@ def run_once(args, chapter, echo=True):
             client_cmd = [binary(args, chapter, "client"), "--server", address, "--page-size",
                           str(args.page_size), "--pages", str(args.pages), "--timeout",
                           str(args.timeout), "--result-json", str(tmp / "client.json"), *layout,
-                          *getattr(args, "client_arg", [])]
+                          *client_extra]
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
-                                      env=env_with(args.client_env, simnic_env(args)))
+                                      env=env_with(args.client_env, extra_env))
             # Both sides' lines are read by threads so that a hung run is
             # still bounded by the timeout below.
             server_lines, client_lines = [], []
@@ -181,6 +357,15 @@ def run_once(args, chapter, echo=True):
                                    + "".join(server_lines[-10:]))
             record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
             record["command"] = " ".join(["server", *server_cmd[1:]])
+            if simnic:
+                report = tmp / "simnic-report"
+                lines = report.read_text().splitlines() if report.exists() else []
+                record["flags"] = run_flags(record, lines, server.pid)
+                record["layout"] = f"{args.gpus}x{args.nics_per_gpu}"
+                record["page_size"] = args.page_size
+                if record["flags"]:
+                    print(f"  run flagged ({', '.join(record['flags'])}): it does not count",
+                          flush=True)
             return record
         finally:
             for p in (server, locals().get("client")):
@@ -224,6 +409,7 @@ def main():
     parser.add_argument("--counters", action="store_true",
                         help="after the JSON line, the writer threads' counters, per WRITE")
     args = parser.parse_args()
+    resolve_defaults(args)
     if not args.bin_dir and not args.no_build:
         build([args.chapter])
     try:
