@@ -223,10 +223,33 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertNotIn("doorbells_per_write", rows[0])
         self.assertIn("| 09_multinet |  |  |", compare.counters_table(rows))
 
+    def test_flagged_runs_are_kept_but_not_counted(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        records = [{"chapter": "12_pin", "ok": True, "gbps": g, "mops": g, "seconds": 1.0,
+                    "flags": f} for g, f in ((1.0, []), (9.0, ["preempted"]), (3.0, []))]
+        rows = compare.summarize(records, ["12_pin"])
+        self.assertEqual(rows[0]["runs_ok"], 2)
+        self.assertEqual(rows[0]["runs_flagged"], 1)
+        self.assertEqual(rows[0]["gbps_median"], 2.0)
+        self.assertIn("1 flagged: preempted; not counted", compare.markdown_table(rows))
+
+    def test_simnic_layout_fits_the_cpus(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import run_chapter  # noqa: E402
+        # CPUs that sysfs does not describe count as one core each.
+        for cpus, gpus, engines in ((16, 8, 3), (8, 4, 2), (4, 2, 1), (2, 1, 1)):
+            got = run_chapter.simnic_layout(256, 4, list(range(1000, 1000 + cpus)))
+            self.assertEqual(got[:2], (gpus, engines), cpus)
+            # engines stay off the writers' cores (the middle core of each slice)
+            pinned = set(run_chapter.writer_cpus([[c] for c in range(1000, 1000 + cpus)], gpus))
+            self.assertFalse(pinned & set(got[2]))
+
     def test_a_simulated_run_is_labelled_simulated(self):
-        result = self.measure("--provider", "simnic")
+        result = self.measure("--provider", "simnic", "--gpus", "2")
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        name = f"{MACHINE}-simnic-host"
+        # simnic's defaults: 4 NICs per group and 256-byte pages.
+        name = f"{MACHINE}-simnic-host-2x4-page256"
         out = self.root / "out" / "results" / name
         md = (out / "results.md").read_text()
         self.assertTrue(md.startswith(f"# {name}: the chapters over `simnic` (SIMULATED)"), md)
@@ -244,8 +267,9 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         result = self.measure("--provider", "simnic", "--out", "out/results/plain-name")
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
         self.assertIn("must say so", result.stderr.strip().splitlines()[-1])
-        self.assertEqual(self.measure("--provider", "simnic").returncode, 0)
-        result = self.compare("--record-from", f"out/results/{MACHINE}-simnic-host", "--out",
+        self.assertEqual(self.measure("--provider", "simnic", "--gpus", "2").returncode, 0)
+        result = self.compare("--record-from", f"out/results/{MACHINE}-simnic-host-2x4-page256",
+                              "--out",
                               "results/plain-name")
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
         self.assertIn("contain 'simnic'", result.stderr.strip().splitlines()[-1])

@@ -88,9 +88,9 @@ SIMNIC_LINE_BPS = 100e9 / 256   # one simulated NIC (SIMNIC_LINE_GBPS / SIMNIC_S
 # costs". An engine that still falls behind is flagged, not hidden.
 ENGINE_WRITES_PER_THREAD = 3.0e6
 # A run is "preempted" when its writer threads had more involuntary context
-# switches than one per 50,000 WRITEs: each can take a time slice (~3 ms,
+# switches than one per 10,000 WRITEs: each can take a time slice (~3 ms,
 # thousands of WRITEs) from a thread that busy-polls.
-PREEMPTION_BOUND = 1 / 50000
+PREEMPTION_BOUND = 1 / 10000
 # ... and its engine "fell behind" when more than 5% of its WRITEs went on
 # the wire over 1 ms later than the line rate allowed (SIMNIC_REPORT).
 ENGINE_LATE_BOUND = 0.05
