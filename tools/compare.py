@@ -383,7 +383,7 @@ def markdown_table(rows):
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("gbps_median") is None:
-            nums = "failed | | "
+            nums = ("not counted | | " if r.get("runs_flagged") else "failed | | ")
         else:
             nums = (f"{r['gbps_median']:.3f} | {r['mops_median']:.4f} | "
                     f"{r['gbps_min']:.3f}-{r['gbps_max']:.3f}")

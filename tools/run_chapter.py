@@ -200,6 +200,7 @@ def resolve_defaults(args, say=print):
         free = [c for c in cpus if c not in set(writer_cpus(physical_cores(cpus), args.gpus))]
     args.simnic_engine_threads = engines
     args.simnic_engine_cpus = free
+    args.simnic_writer_cpus = sorted(set(cpus) - set(free))
     if chosen and say:
         say(f"simnic layout: {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s), page "
             f"{args.page_size} B: {args.gpus} writer(s) + {engines} + {engines} engine threads "
@@ -293,8 +294,19 @@ def run_once(args, chapter, echo=True):
         extra_env = simnic_env(args)
         if simnic:
             extra_env["SIMNIC_REPORT"] = str(tmp / "simnic-report")
+        # Over simnic the server runs on its writers' CPUs and the client (its
+        # poller) beside the engine threads, so that unpinned writers
+        # (chapters 09-11) never take an engine's CPU.
+        writer_set = getattr(args, "simnic_writer_cpus", None) if simnic else None
+        engine_set = getattr(args, "simnic_engine_cpus", None) if simnic else None
+        split = bool(writer_set and engine_set)
+
+        def on_cpus(cpus):
+            return (lambda: os.sched_setaffinity(0, cpus)) if split else None
+
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=env_with(args.server_env, extra_env))
+                                  text=True, env=env_with(args.server_env, extra_env),
+                                  preexec_fn=on_cpus(writer_set))
         try:
             deadline = time.monotonic() + 60
             while not (tmp / "address").exists() or not (tmp / "address").read_text().strip():
@@ -309,7 +321,8 @@ def run_once(args, chapter, echo=True):
                           *client_extra]
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
-                                      env=env_with(args.client_env, extra_env))
+                                      env=env_with(args.client_env, extra_env),
+                                      preexec_fn=on_cpus(engine_set))
             # Both sides' lines are read by threads so that a hung run is
             # still bounded by the timeout below.
             server_lines, client_lines = [], []
