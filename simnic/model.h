@@ -21,9 +21,9 @@ struct Model {
   // Costs on the posting and polling CPU (busy waits). Each is a mechanism
   // of a NIC or a CPU, never a chapter's: docs/simnic.md says what each
   // stands for, and tools/simnic_fit.py fits the defaults.
-  uint32_t post_ns = 400;              // SIMNIC_POST_NS: the provider's software path per post
+  uint32_t post_ns = 250;              // SIMNIC_POST_NS: the provider's software path per post
   uint32_t doorbell_ns = 250;          // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
-  double remote_numa_factor = 3;       // SIMNIC_REMOTE_NUMA_FACTOR: the doorbell, the post's
+  double remote_numa_factor = 4;       // SIMNIC_REMOTE_NUMA_FACTOR: the doorbell, the post's
                                        // descriptor and the CQ line from the other socket
   uint32_t cq_poll_ns = 200;           // SIMNIC_CQ_POLL_NS: one fi_cq_read (the line the NIC wrote)
   uint32_t cq_entry_ns = 40;           // SIMNIC_CQ_ENTRY_NS: each completion it returns
@@ -35,8 +35,8 @@ struct Model {
   // The p5's scheduler, simulated for a thread whose affinity spans both
   // virtual sockets (an unpinned thread): it runs on a socket, is moved now
   // and then (to either socket), and refills its cache after each move.
-  double migrate_us = 500;      // SIMNIC_MIGRATE_US: mean time between moves
-  uint32_t refill_ns = 167000;  // SIMNIC_REFILL_NS: cold cache after a move
+  double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves
+  uint32_t refill_ns = 150000;  // SIMNIC_REFILL_NS: cold cache after a move
   // Virtual socket of each CPU the process may use (-1: not in its mask),
   // read once when the model is (the main thread, at fi_getinfo).
   std::vector<int16_t> cpu_socket;

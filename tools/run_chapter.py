@@ -88,9 +88,12 @@ SIMNIC_LINE_BPS = 100e9 / 256   # one simulated NIC (SIMNIC_LINE_GBPS / SIMNIC_S
 # costs". An engine that still falls behind is flagged, not hidden.
 ENGINE_WRITES_PER_THREAD = 3.0e6
 # A run is "preempted" when its writer threads had more involuntary context
-# switches than one per 10,000 WRITEs: each can take a time slice (~3 ms,
-# thousands of WRITEs) from a thread that busy-polls.
+# switches than one per 10,000 WRITEs and those switches took time: the
+# writers, which busy-poll, were on a CPU less than 98% of their wall time
+# (a switch can take a time slice, ~3 ms, thousands of WRITEs; a helper
+# thread's wake-up takes microseconds).
 PREEMPTION_BOUND = 1 / 10000
+PREEMPTION_CPU_SHARE = 0.98
 # ... and its engine "fell behind" when more than 5% of its WRITEs went on
 # the wire over 1 ms later than the line rate allowed (SIMNIC_REPORT).
 ENGINE_LATE_BOUND = 0.05
@@ -213,7 +216,11 @@ def run_flags(record, report_lines, server_pid):
     flags = []
     writes = record.get("writes") or 0
     switches = record.get("involuntary_switches")
-    if writes and switches is not None and switches / writes > PREEMPTION_BOUND:
+    cpu, wall = record.get("writer_cpu_seconds"), record.get("writer_wall_seconds")
+    share = cpu / wall if cpu is not None and wall else None
+    record["writer_cpu_share"] = None if share is None else round(share, 4)
+    if writes and switches is not None and switches / writes > PREEMPTION_BOUND and \
+            (share is None or share < PREEMPTION_CPU_SHARE):
         flags.append("preempted")
     transmits = late = 0
     for line in report_lines:

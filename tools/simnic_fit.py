@@ -134,9 +134,9 @@ def fit(pts):
     (P, C, rho), fine enough for three parameters."""
     cal = [p for p in pts if p["chapter"] in CALIBRATION]
     best = None
-    for rho_i in range(0, 90):
+    for rho_i in range(0, 90, 2):
         rho = rho_i / 100
-        for c in range(0, 801, 10):
+        for c in range(0, 801, 20):
             for post in range(0, 2501, 25):
                 theta = {"post_ns": post, "cq_poll_ns": c, "rho": rho}
                 err = sum((math.log(predict_with(p, theta)) - math.log(SERIES_US[p["chapter"]]))
