@@ -186,8 +186,8 @@ uint64_t NowNs() {
 
 void SpinFor(uint64_t ns) {
   if (ns == 0) return;
-  // No pause instruction in the loop: on recent Xeons it takes ~140 cycles,
-  // which made every charge overshoot by a sizeable, uncharged share.
+  // No pause instruction in the loop: the wait ends as close to its length
+  // as the clock allows (a pause can take ~140 cycles on recent Xeons).
   uint64_t until = NowNs() + ns;
   while (NowNs() < until) {
   }
