@@ -152,8 +152,8 @@ class RandomFillWriter : public tutorial::CompletionHandler {
     }
     s.warmup_posted = true;
     if (++posted_warmups_ == job_.num_gpus()) {
-      // Another thread may already have seen every warmup complete and moved
-      // on to kWrite: only step forward from kPostWarmup, never back.
+      // Another thread may already have failed (Fail() set kDone): a plain
+      // store would undo that, so step forward only from kPostWarmup.
       State expected = State::kPostWarmup;
       state_.compare_exchange_strong(expected, State::kWaitWarmup);
     }
