@@ -32,6 +32,20 @@ std::string FormatBytes(uint64_t bytes) {
   return text;
 }
 
+std::string FormatRate(double value) {
+  int decimals = 0;
+  for (double v = value; v > 0 && v < 1000 && decimals < 9; v *= 10) ++decimals;
+  decimals = decimals > 0 ? decimals - 1 : 0;  // three significant digits
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.*f", decimals, value);
+  std::string s = text;
+  if (s.find('.') != std::string::npos) {
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
 ProgressLine::ProgressLine(uint64_t total_ops, uint64_t op_bytes, double link_gbps)
     : total_ops_(total_ops), op_bytes_(op_bytes), link_gbps_(link_gbps), tty_(isatty(1) != 0) {
   Start();
@@ -46,14 +60,15 @@ std::string ProgressLine::Format(double seconds, uint64_t posted, uint64_t finis
   TransferStats s = TransferStats::Of(seconds, finished, op_bytes_, link_gbps_);
   char share[48] = "link speed unknown";
   if (link_gbps_ > 0) {
-    std::snprintf(share, sizeof(share), "%.1f%% of %.0f Gbps", 100 * s.link_share, link_gbps_);
+    std::snprintf(share, sizeof(share), "%.1f%% of %s Gbps", 100 * s.link_share,
+                  FormatRate(link_gbps_).c_str());
   }
   char line[256];
-  std::snprintf(line, sizeof(line),
-                "[%8.3fs] ops %llu/%llu, posted %llu | %s | %.3f Gbps | %s | %.3f Mops/s", seconds,
-                static_cast<unsigned long long>(finished), static_cast<unsigned long long>(total_ops_),
-                static_cast<unsigned long long>(posted), FormatBytes(s.bytes).c_str(), s.gbps, share,
-                s.mops);
+  std::snprintf(
+      line, sizeof(line), "[%8.3fs] ops %llu/%llu, posted %llu | %s | %.3f Gbps | %s | %s Mops/s",
+      seconds, static_cast<unsigned long long>(finished),
+      static_cast<unsigned long long>(total_ops_), static_cast<unsigned long long>(posted),
+      FormatBytes(s.bytes).c_str(), s.gbps, share, FormatRate(s.mops).c_str());
   return line;
 }
 

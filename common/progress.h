@@ -55,4 +55,9 @@ class ProgressLine {
 // "1.50 GiB", "12.0 MiB", "512 B"
 std::string FormatBytes(uint64_t bytes);
 
+// A rate with three significant digits and no exponent ("0.7800" -> "0.78",
+// "0.001234", "3200"): a simulated 0.78 Gbps link is not "1 Gbps", and a
+// slow run's Mops/s is not "0.001".
+std::string FormatRate(double value);
+
 }  // namespace tutorial

@@ -523,9 +523,9 @@ class RandomFillServer {
 
     if (outcome.ok) {
       ++served_;
-      std::printf("Transfer done: %s in %.3f s, %.3f Gbps, %.3f Mops/s%s.\n",
+      std::printf("Transfer done: %s in %.3f s, %.3f Gbps, %s Mops/s%s.\n",
                   FormatBytes(outcome.stats.bytes).c_str(), outcome.stats.seconds,
-                  outcome.stats.gbps, outcome.stats.mops,
+                  outcome.stats.gbps, FormatRate(outcome.stats.mops).c_str(),
                   node_.simulated_model().empty() ? "" : " (simulated NICs)");
     } else {
       ++failed_;

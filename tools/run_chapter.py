@@ -17,8 +17,18 @@ off the writers' cores. A run whose writers were preempted or whose engine
 fell behind the line rate is flagged ("flags" in the JSON line) and does not
 count in tools/compare.py's medians.
 
---counters adds the writer threads' counters per WRITE after the JSON line
-(docs/README.md, "Counters", says what each one counts).
+It prints the server's JSON result line, or with --counters the writer
+threads' counters per WRITE instead (docs/README.md, "Counters", says what
+each one counts; --json adds the line back).
+
+The processes' ids are printed as they start ("run_chapter: server pid N",
+"run_chapter: client pid N") and, with --pid-dir DIR, written to
+DIR/server.pid and DIR/client.pid: an exercise that watches or stops the
+run uses them (`ps -T -p "$(cat DIR/server.pid)"`), never a name that
+another user's run on a shared machine could match too.
+
+On failure it prints one short error: what failed and the failing side's
+last line (the server's lines were shown as they came).
 
 Binaries come from Bazel (built first unless --no-build) or from --bin-dir,
 a folder with <chapter>/server and <chapter>/client (for machines without
@@ -75,6 +85,8 @@ def add_run_flags(parser):
                         help="an extra flag for the server only (e.g. --server-arg=--cuda-devices=0)")
     parser.add_argument("--client-arg", action="append", default=[],
                         help="an extra flag for the client only (e.g. --client-arg=--cuda-devices=1)")
+    parser.add_argument("--pid-dir", type=pathlib.Path, default=None,
+                        help="write server.pid and client.pid into this folder as they start")
 
 
 # --- simnic's machine-sized defaults ----------------------------------------
@@ -281,6 +293,21 @@ def env_with(pairs, extra=None):
     return env
 
 
+def note_pid(args, role, process, echo):
+    """Says which process is which: printed, and in --pid-dir if given."""
+    if echo:
+        print(f"run_chapter: {role} pid {process.pid}", flush=True)
+    pid_dir = getattr(args, "pid_dir", None)
+    if pid_dir:
+        pathlib.Path(pid_dir).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(pid_dir) / f"{role}.pid").write_text(f"{process.pid}\n")
+
+
+def last_lines(lines, count):
+    kept = [line.rstrip() for line in lines if line.strip()]
+    return "\n".join(kept[-count:])
+
+
 def run_once(args, chapter, echo=True):
     """Runs one transfer; returns the server's result record (a dict)."""
     if getattr(args, "page_size", None) is None or getattr(args, "gpus", None) is None or \
@@ -314,12 +341,14 @@ def run_once(args, chapter, echo=True):
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, env=env_with(args.server_env, extra_env),
                                   preexec_fn=on_cpus(writer_set))
+        note_pid(args, "server", server, echo)
         try:
             deadline = time.monotonic() + 60
             while not (tmp / "address").exists() or not (tmp / "address").read_text().strip():
                 if server.poll() is not None or time.monotonic() > deadline:
-                    out = server.stdout.read() if server.stdout else ""
-                    raise RuntimeError(f"{chapter} server did not start:\n{out}")
+                    out = server.stdout.read().splitlines() if server.stdout else []
+                    raise RuntimeError(f"{chapter} server did not start: "
+                                       f"{last_lines(out, 3) or 'no output'}")
                 time.sleep(0.05)
             address = (tmp / "address").read_text().strip()
             client_cmd = [binary(args, chapter, "client"), "--server", address, "--page-size",
@@ -330,6 +359,7 @@ def run_once(args, chapter, echo=True):
                                       stderr=subprocess.STDOUT, text=True,
                                       env=env_with(args.client_env, extra_env),
                                       preexec_fn=on_cpus(engine_set))
+            note_pid(args, "client", client, echo)
             # Both sides' lines are read by threads so that a hung run is
             # still bounded by the timeout below.
             server_lines, client_lines = [], []
@@ -359,22 +389,25 @@ def run_once(args, chapter, echo=True):
                     if now - server_failed_at > 5:
                         break  # the client did not notice; it is stopped below
                 if now > deadline:
-                    raise RuntimeError(f"{chapter}: no result within {args.timeout + 30:.0f} s:\n"
-                                       + "".join(server_lines[-20:]))
+                    raise RuntimeError(f"{chapter}: no result within {args.timeout + 30:.0f} s"
+                                       + ("" if echo else "\n" + last_lines(server_lines, 5)))
                 time.sleep(0.05)
             for pumper in pumpers:
                 pumper.join(timeout=5)
             client_out = "".join(client_lines)
-            if echo:
+            if echo and server.returncode == 0 and client.returncode == 0:
                 for line in client_out.splitlines()[-2:]:
                     print(f"  client| {line}", flush=True)
+            # One short message: the server's lines were echoed as they came
+            # (its last one is the reason), the client's last two just now.
+            server_said = last_lines(server_lines, 1 if echo else 5)
+            client_said = last_lines(client_lines, 1)
             if server.returncode != 0:
-                raise RuntimeError(f"{chapter} server failed ({server.returncode}):\n"
-                                   + "".join(server_lines[-20:])
-                                   + "".join(f"client: {line}" for line in client_lines[-2:]))
+                raise RuntimeError(f"{chapter} server failed (exit {server.returncode}): "
+                                   f"{server_said or 'no output'}")
             if client.returncode != 0:
-                raise RuntimeError(f"{chapter} client failed ({client.returncode}):\n{client_out}"
-                                   + "".join(server_lines[-10:]))
+                raise RuntimeError(f"{chapter} client failed (exit {client.returncode}): "
+                                   f"{client_said or 'no output'}")
             record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
             record["command"] = " ".join(["server", *server_cmd[1:]])
             if simnic:
@@ -427,7 +460,11 @@ def main():
     parser.add_argument("chapter", choices=chapters())
     add_run_flags(parser)
     parser.add_argument("--counters", action="store_true",
-                        help="after the JSON line, the writer threads' counters, per WRITE")
+                        help="print the writer threads' counters, per WRITE, instead of the "
+                        "JSON line")
+    parser.add_argument("--json", action="store_true",
+                        help="print the server's JSON result line (the default without "
+                        "--counters)")
     args = parser.parse_args()
     resolve_defaults(args)
     if not args.bin_dir and not args.no_build:
@@ -437,7 +474,8 @@ def main():
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"run_chapter: error: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(record))
+    if args.json or not args.counters:
+        print(json.dumps(record))
     if args.counters:
         print(counters_text(record))
     return 0
