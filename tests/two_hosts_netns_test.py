@@ -15,7 +15,12 @@ them the veth pair) are removed at the end, also when a check fails or the
 test is stopped with SIGTERM (Bazel's timeout); every wait has a limit.
 
   bazel test //tests:two_hosts_netns_test
+  python3 tools/test_log.py two_hosts_netns_test   # what it did: its summary
   python3 tests/two_hosts_netns_test.py      # as root, after bazel build //chapters/15_lazy:all
+
+At the end it prints a summary (the "two hosts:" lines: namespaces,
+interfaces, addresses, what each side printed about its NICs and the
+transfer) into its log, so that a workshop sees what crossed the veth pair.
 """
 import json
 import os
@@ -151,6 +156,22 @@ class TwoHostsOverTcpTest(unittest.TestCase):
         self.assertIn("every byte correct", client_out)
         record = json.loads(result_file.read_text().splitlines()[-1])
         self.assertEqual(record["bytes"], 2 * PAGES * REPEAT * PAGE, record)
+        print_summary(server_out, client_out)
+
+
+def print_summary(server_out, client_out):
+    """What a workshop wants to see, in the test's log (tools/test_log.py)."""
+    def picked(out, words):
+        return [line.strip() for line in out.splitlines()
+                if any(w in line for w in words) and "bazel run" not in line]
+    lines = [f"namespace {NS['server']}: server on {IFACE['server']} {SERVER_IP}",
+             f"namespace {NS['client']}: client on {IFACE['client']} {CLIENT_IP}",
+             "a veth pair joins them: every byte below crossed it over tcp"]
+    lines += [f"server| {line}" for line in picked(server_out, (
+        "provider tcp", f"tcp/{IFACE['server']}", "Warmup completed", "Transfer done"))]
+    lines += [f"client| {line}" for line in picked(client_out, (
+        f"tcp/{IFACE['client']}", "reported the last write", "Verified"))]
+    print("\n".join(f"two hosts: {line}" for line in lines), flush=True)
 
 
 if __name__ == "__main__":
