@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/counter_rule.h"
 #include "common/cpu_ticks.h"
 #include "common/errors.h"
 #include "common/main_guard.h"
@@ -561,6 +562,7 @@ class RandomFillServer {
     if (!model.empty()) r["model"] = model;
     // What the chapter's idea moves (docs/README.md, "Counters").
     const NetworkCounters& c = outcome.counters;
+    r["counter_rule"] = kCounterRule;  // what the counts below mean (counter_rule.h)
     r["writes"] = c.writes;
     r["post_calls"] = c.post_calls;
     r["doorbells"] = c.doorbells;

@@ -87,8 +87,37 @@ COUNTER_FIELDS = [c[0] for c in COUNTERS]
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "runs_flagged", "flags", "gbps_median", "mops_median", "gbps_min",
               "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops",
               "provider", "memory", "gpus", "nics_per_gpu", "page_size", "pages", "repeat",
-              "libfabric", "libfabric_path", "machine", "kind"] + COUNTER_FIELDS
+              "libfabric", "libfabric_path", "machine", "kind", "counter_rule"] + COUNTER_FIELDS
 SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never measurements
+
+
+# The rule the counters are counted by (common/counter_rule.h says what each
+# number means); a recording carries the one its runs were made under.
+COUNTER_RULE_HEADER = ROOT / "common" / "counter_rule.h"
+COUNTER_RULE_2_SINCE = "2026-11-25T02:25:12Z"  # doorbells only for posts taken
+
+
+def todays_counter_rule(root=ROOT):
+    text = (pathlib.Path(root) / "common" / "counter_rule.h").read_text()
+    return int(re.search(r"kCounterRule = (\d+);", text).group(1))
+
+
+def counter_rule_of(records):
+    """The counter rule of a recording's runs: the one their records carry,
+    or for records made before they carried it, the one in force then (3 had
+    longest_write_run, 2 began at 19f82de). The oldest where runs differ;
+    None without counters."""
+    rules = []
+    for r in records:
+        if not r.get("ok") or "doorbells" not in r:
+            continue
+        if "counter_rule" in r:
+            rules.append(int(r["counter_rule"]))
+        elif "longest_write_run" in r:
+            rules.append(3)
+        else:
+            rules.append(2 if r.get("time", "") >= COUNTER_RULE_2_SINCE else 1)
+    return min(rules) if rules else None
 
 
 def is_simulated(provider):
@@ -452,6 +481,7 @@ Recorded by `tools/compare.py`; every number below comes from its runs.
 - machine: {machine}
 - libfabric: {lib}
 - code: {meta.get('code', 'unknown')}
+- counter rule: {meta.get('counter_rule') or 'no counters'} (common/counter_rule.h)
 - provider: {s['provider']}; memory: {s['memory']}
 - request: {layout_text(meta)}
 - runs: {s['runs']} per chapter, median kept
@@ -501,7 +531,8 @@ def write_csv(path, meta, rows):
                        nics_per_gpu=s["nics_per_gpu"], page_size=s["page_size"],
                        pages=s["pages"], repeat=s["repeat"], libfabric=meta["libfabric"],
                        libfabric_path=meta.get("libfabric_path", ""),
-                       machine=meta["machine_slug"], kind=kind_of(s["provider"]))
+                       machine=meta["machine_slug"], kind=kind_of(s["provider"]),
+                       counter_rule=meta.get("counter_rule") or "")
             w.writerow(out)
 
 
@@ -598,6 +629,7 @@ def redraw(out_dir):
     path = out_dir / "results.json"
     data = json.loads(path.read_text())
     meta, records = data["meta"], data["records"]
+    meta["counter_rule"] = counter_rule_of(records)
     rows = summarize(records, meta["settings"]["chapters"])
     data["rows"] = rows
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -800,6 +832,7 @@ def main():
         # machine's CPU time that went to other processes during the runs.
         "other_cpu": None if other_cpu is None else round(other_cpu, 3),
         "command": command,
+        "counter_rule": counter_rule_of(records),
         # simnic is a simulation: its numbers are never a provider's measurement.
         "kind": kind_of(provider),
         "simulated": is_simulated(provider),

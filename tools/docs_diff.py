@@ -44,7 +44,14 @@ hand:
   python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
 
 --check also fails, naming the page, when a code block names a function the
-file no longer defines (renamed or moved: update the page's marker).
+file no longer defines (renamed or moved: update the page's marker), and
+when a page quotes the counters of a recording made under an older counter
+rule than today's (common/counter_rule.h): a paragraph outside the
+generated blocks that names such a recording's folder and a counter
+(`doorbells`, `post_calls`, ...) beside a number. A learner's run counts by
+today's rule; re-record the folder (`tools/compare.py ... --record`) or
+drop the quote. The generated counter tables leave such recordings out and
+say so.
 
 `bazel test //docs:docs_check_test` runs --check (part of `bazel test //...`).
 """
@@ -65,6 +72,20 @@ BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):beg
 
 class BlockError(ValueError):
     """A block the page names cannot be made (a function that is gone)."""
+
+
+def todays_counter_rule(root):
+    """kCounterRule of common/counter_rule.h: what today's counters mean."""
+    text = (pathlib.Path(root) / "common" / "counter_rule.h").read_text()
+    return int(re.search(r"kCounterRule = (\d+);", text).group(1))
+
+
+def recording_rule(rec):
+    """The counter rule a compare.py recording was made under (its csv's
+    counter_rule column), 1 for one recorded before recordings carried it."""
+    first = next(iter(rec["rows"].values()))
+    value = first.get("counter_rule", "")
+    return int(value) if value not in ("", None) else 1
 
 
 def is_simulated(folder, provider):
@@ -427,9 +448,14 @@ def render_counters(repo, chapter, prefix):
     header = ["| chapter | recorded in | " + " | ".join(name for _, name, _ in COUNTER_COLUMNS)
               + " |", "|---|---|" + "---:|" * len(COUNTER_COLUMNS)]
     tables = {False: [], True: []}
+    today = todays_counter_rule(repo.root)
+    older = []
     for rec in repo.result_sets():
         rows = [rec["rows"].get(c) for c in shown]
         if any(r is None or _f(r, "cq_reads_per_write") is None for r in rows):
+            continue
+        if recording_rule(rec) < today:
+            older.append(f"{_link(prefix, rec['folder'])} (rule {recording_rule(rec)})")
             continue
         for c, r in zip(shown, rows):
             cells = []
@@ -448,6 +474,10 @@ def render_counters(repo, chapter, prefix):
     if tables[True]:
         out += ["", "Simulated, not measured on a NIC (`simnic`): counters of the simulated "
                 "ladder, apart from the measured ones.", ""] + header + tables[True]
+    if older:
+        out += ["", f"Not shown: recorded under an older counter rule than today's ({today}, "
+                "`common/counter_rule.h`), so a run of today's code counts differently: "
+                + ", ".join(older) + "."]
     return "\n".join(out) + "\n"
 
 
@@ -545,6 +575,37 @@ def regenerate(repo, page):
     return BLOCK.sub(block, text)
 
 
+COUNTER_WORDS = re.compile(r"`?\b(post_calls|doorbells?|eagain|cq_reads|cq_empty_reads|cq_entries|"
+                           r"op_allocations|longest_write_run|ns_per_write_\w+|CQ reads)\b")
+
+
+def stale_counter_quotes(repo, page, text):
+    """Paragraphs (outside generated blocks) that quote counters of a
+    recording made under an older counter rule: they name its folder, a
+    counter and a number."""
+    today = todays_counter_rule(repo.root)
+    old = {rec["folder"]: recording_rule(rec) for rec in repo.result_sets()
+           if rec["kind"] == "compare" and recording_rule(rec) < today
+           and any(_f(r, "cq_reads_per_write") is not None for r in rec["rows"].values())}
+    if not old:
+        return []
+    prose = BLOCK.sub("", text)
+    problems = []
+    for paragraph in re.split(r"\n\s*\n", prose):
+        if not COUNTER_WORDS.search(paragraph) or not re.search(r"\d\.\d", paragraph):
+            continue
+        for folder, rule in old.items():
+            # The folder, its tables or its README, not another file in it
+            # (a model's costs, a log) that no counter rule governs.
+            if re.search(re.escape(folder) + r"(?![\w-]|/(?!results\.|README))", paragraph):
+                first = paragraph.strip().splitlines()[0][:60]
+                problems.append(f"{page}: quotes counters of {folder}, recorded under counter "
+                                f"rule {rule} (today's is {today}, common/counter_rule.h), in "
+                                f"the paragraph starting '{first}': re-record it or drop the "
+                                "quote")
+    return problems
+
+
 def missing_pages(repo):
     """Every chapter needs a page; every page after the first needs its diff."""
     problems = []
@@ -587,6 +648,7 @@ def main():
         except BlockError as e:
             broken.append(f"{rel}: {e}")
             continue
+        broken += stale_counter_quotes(repo, rel, new)
         if new == old:
             continue
         if args.write:
