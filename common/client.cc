@@ -19,6 +19,7 @@
 #include "common/recovery.h"
 #include "common/result_json.h"
 #include "common/shutdown.h"
+#include "common/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -137,6 +138,9 @@ class RandomFillClient {
     for (size_t g = 0; g < node_.num_gpus(); g += groups_per_thread) {
       for (size_t first = 0; first < node_.nics_per_gpu(); first += nics_per_thread) {
         threads.emplace_back([&, g, first, reports = threads.empty()] {
+          NameThisThread(thread_per_nic
+                             ? "poller-g" + std::to_string(g) + "n" + std::to_string(first)
+                             : "poller-g" + std::to_string(g));
           try {
             MakeCudaDeviceCurrent(node_.groups()[g].cuda_device);
             auto next_report = start + kWaitReport;

@@ -80,7 +80,10 @@ TransferWatch::TransferWatch(Node& node, double stall_seconds)
               "); the client is likely gone");
     });
   });
-  thread_ = std::thread([this] { Watch(); });
+  thread_ = std::thread([this] {
+    NameThisThread("watch-transfer");
+    Watch();
+  });
 }
 
 void TransferWatch::Stop() {

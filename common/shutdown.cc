@@ -87,7 +87,10 @@ ProviderWatchdog::ProviderWatchdog(std::string program, std::vector<Network*> ne
       networks_(std::move(networks)),
       stuck_seconds_(stuck_seconds),
       policy_(std::move(policy)) {
-  thread_ = std::thread([this] { Watch(); });
+  thread_ = std::thread([this] {
+    NameThisThread("watchdog");
+    Watch();
+  });
 }
 
 ProviderWatchdog::~ProviderWatchdog() {

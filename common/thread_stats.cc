@@ -1,5 +1,6 @@
 #include "common/thread_stats.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +19,11 @@ ThreadUsage ThreadUsage::operator-(const ThreadUsage& earlier) const {
   d.involuntary_switches = involuntary_switches - earlier.involuntary_switches;
   d.migrations = migrations >= 0 && earlier.migrations >= 0 ? migrations - earlier.migrations : -1;
   return d;
+}
+
+void NameThisThread(const std::string& name) {
+  // Only a name for people: a failure (a name too long) changes nothing else.
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 ThreadUsage SampleThisThread() {

@@ -802,7 +802,6 @@ bool Engine::Step(Endpoint* ep, uint64_t now) {
 void Engine::Run(Worker* worker) {
   // Short sleeps must stay short: the default timer slack is 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  pthread_setname_np(pthread_self(), "simnic-engine");
   if (!worker->cpus.empty()) {
     // Off the cores the writers are pinned to (the tools say which).
     cpu_set_t set;
@@ -853,9 +852,12 @@ void Engine::Add(Endpoint* ep) {
       workers_.push_back(std::make_unique<Worker>());
       workers_.back()->cpus = ep->model->engine_cpus;
     }
-    for (auto& w : workers_) {
-      Worker* raw = w.get();
-      raw->thread = std::thread([this, raw] { Run(raw); });
+    for (size_t k = 0; k < workers_.size(); ++k) {
+      Worker* raw = workers_[k].get();
+      raw->thread = std::thread([this, raw, k] {
+        pthread_setname_np(pthread_self(), ("engine-" + std::to_string(k)).c_str());  // ps -L
+        Run(raw);
+      });
     }
   }
   Worker* w = workers_[ep->domain->index % workers_.size()].get();
