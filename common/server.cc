@@ -58,6 +58,26 @@ void WriteJob::AddThreadUsage(const ThreadUsage& usage) {
   usage_.involuntary_switches += usage.involuntary_switches;
   usage_.migrations =
       usage_.migrations >= 0 && usage.migrations >= 0 ? usage_.migrations + usage.migrations : -1;
+  ++threads_ended_;
+}
+
+bool WriteJob::StagedFailureAfterWarmup(size_t gpu_idx) {
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  if (gpu_idx == 1) {
+    while (!staged_gpu0_posted_.load() && Clock::now() < deadline) std::this_thread::yield();
+    return true;
+  }
+  if (gpu_idx == 0) {
+    staged_gpu0_posted_.store(true);
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(usage_mutex_);
+        if (threads_ended_ > 0) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return false;
 }
 
 ThreadUsage WriteJob::thread_usage() const {

@@ -79,6 +79,14 @@ class WriteJob {
   // report the transfer as abandoned. Cheap enough to ask on every loop.
   bool Interrupted() const;
 
+  // For exercise 11.1 only (docs/11_multithread.md), which an edit calls
+  // right after a writer has posted its warmup: it makes the race between
+  // the last poster's store and another thread's Fail() happen the same way
+  // every time. GPU 1's thread waits until GPU 0's has posted and gets true
+  // (fail now); GPU 0's waits (30 s at most) until a writer thread has
+  // ended, then gets false; any other GPU's gets false at once.
+  bool StagedFailureAfterWarmup(size_t gpu_idx);
+
  private:
   Node& node_;
   const ConnectMessage& connect_;
@@ -90,6 +98,8 @@ class WriteJob {
   size_t num_gpus_, nics_per_gpu_, buffers_per_gpu_;
   mutable std::mutex usage_mutex_;
   ThreadUsage usage_{0, 0, 0, 0};  // all zero: migrations known until a thread says not
+  size_t threads_ended_ = 0;       // writer threads whose ThreadStats ended (usage_mutex_)
+  std::atomic<bool> staged_gpu0_posted_{false};
 };
 
 // What a writer reports back. `stats` covers the timed part (after warmup);

@@ -37,9 +37,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTER_PAGE = re.compile(r"^(\d\d)_[a-z_]+\.md$")
 # Commands a check may use; anything else is a problem (a typo or a tool a
 # workshop machine may lack).
+# No pgrep or pkill: on a shared machine a name matches other people's runs
+# too; checks use the process ids that run_chapter.py --pid-dir writes.
 ALLOWED = {"bazel", "python3", "git", "ps", "grep", "sed", "taskset", "diff", "cat", "head",
-           "tail", "sort", "nproc", "lscpu", "env", "for", "do", "done", "sleep", "kill",
-           "pkill", "pgrep", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time"}
+           "tail", "sort", "uniq", "nproc", "lscpu", "env", "for", "do", "done", "break",
+           "seq", "sleep", "kill", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time"}
 
 
 def chapter_pages(root):
@@ -280,7 +282,10 @@ def check_command(root, helps, where, words):
     if words and words[0] == "!":
         return [f"{where}: cannot split the command: {words[1]}"]
     problems = check_env(root, where, words)
-    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+    if any(re.search(r"\bp(grep|kill)\b", w) for w in words):
+        problems.append(f"{where}: finds processes by name (pgrep/pkill), which matches other "
+                        "users' runs on a shared machine: use run_chapter.py --pid-dir")
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         words = words[1:]
     if not words:
         return problems
