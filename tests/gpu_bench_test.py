@@ -161,6 +161,40 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 
 
+class GpuTablesOneGpuTest(unittest.TestCase):
+    """On one GPU, fi_rma_bw's pairs of CUDA memory all share that GPU, so
+    their sum bounds nothing (results/h100-shm-cuda/README.md): the tables
+    say so beside the measurement and show no share of it, while host
+    memory's ceiling keeps its share."""
+
+    def test_no_share_of_a_ceiling_known_to_be_none(self):
+        tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
+        self.addCleanup(tmp.cleanup)
+        folder = pathlib.Path(tmp.name)
+        ceiling = {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
+                   "page_size": PAGE, "pairs": 4, "ok": True, "gbps": 4.0, "mops": 0.007,
+                   "iters": [9000] * 4, "pair_seconds": [5.0] * 4, "gbps_lower_bound": 4.0}
+        run_record = {"chapter": CHAPTERS[0], "provider": "shm", "page_size": PAGE, "gpus": 1,
+                      "nics_per_gpu": 4, "poll_threads": "gpu", "runs": 1, "ok": True,
+                      "gbps": 80.0, "mops": 0.15, "all_gbps": [80.0], "pages": 100,
+                      "repeat": 1, "command": "server --once --repeat 1 --address-file x"}
+        records = [{"phase": "env", "gpus": ["0, NVIDIA H100 80GB HBM3, 580, 0:6.0, 81559 MiB"]},
+                   dict(ceiling, memory="cuda"), dict(ceiling, memory="host", gbps=100.0),
+                   dict(run_record, phase="cuda", memory="cuda"),
+                   dict(run_record, phase="host", memory="host")]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        made = run([RUNFILES / "tools" / "gpu_tables.py", folder / "records.jsonl",
+                    folder / "tables", "--command", "gpu_bench_test"], timeout=120)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        text = (folder / "tables" / "results.md").read_text()
+        cuda, host = text.split("## host memory")
+        self.assertIn("**Not a ceiling**", cuda)
+        self.assertIn(f"| {CHAPTERS[0]} | 80.0 | 0.150 | none: not a ceiling |", cuda)
+        self.assertNotIn("2000.0%", cuda)
+        self.assertIn(f"| {CHAPTERS[0]} | 80.0 | 0.150 | 80.0% |", host)
+        self.assertNotIn("Not a ceiling", host)
+
+
 class GpuBenchFailingPairTest(unittest.TestCase):
     """A pair that fails is recorded with its reason and last output, not as
     an empty string; the tables say why the ceiling is missing."""

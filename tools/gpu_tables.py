@@ -57,6 +57,14 @@ class Ceiling:
         self.records = records
         self.good = [r for r in records if r.get("ok")]
         self.pairs = records[0]["pairs"]
+        # Why this measurement bounds nothing, where it is known not to
+        # (one GPU, below); then no row shows a share of it.
+        self.not_a_ceiling = None
+
+    @property
+    def bound(self):
+        """The Gbps a chapter may be compared with, or None."""
+        return None if self.not_a_ceiling else self.gbps
 
     @property
     def gbps(self):
@@ -84,8 +92,9 @@ class Ceiling:
                     + (": " + "; ".join(why) if why else ""))
         runs = ", ".join(f"{r['gbps']:.1f}" + ("" if r.get("ok") else " (a pair failed)")
                          for r in self.records)
-        text = (f"Ceiling (fi_rma_bw, {self.pairs} pairs): **{self.gbps:.1f} Gbps**, "
-                f"{self.mops:.3f} Mops/s")
+        name = (f"fi_rma_bw, {self.pairs} pairs" if self.not_a_ceiling else
+                f"Ceiling (fi_rma_bw, {self.pairs} pairs)")
+        text = f"{name}: **{self.gbps:.1f} Gbps**, {self.mops:.3f} Mops/s"
         if len(self.records) > 1:
             text += f" (mean of the complete measurements; each: {runs} Gbps)"
         timed = [r for r in self.good if r.get("pair_seconds")]
@@ -97,7 +106,17 @@ class Ceiling:
             text += ". Pairs ran " + "; ".join(
                 f"{min(r['pair_seconds']):.2f} to {max(r['pair_seconds']):.2f} s "
                 f"(all bytes over the longest: {r['gbps_lower_bound']:.1f} Gbps)" for r in timed)
+        if self.not_a_ceiling:
+            text += f". **Not a ceiling**: {self.not_a_ceiling}; no share of it is shown"
         return text
+
+
+# fi_rma_bw's pairs all on one GPU: both sides of every pair use its memory,
+# and pairs that share one GPU are each far slower per WRITE than one pair
+# alone, so their sum is no upper bound for a chapter that keeps one
+# process per side (results/h100-shm-cuda/README.md measured it).
+ONE_GPU = ("every fi_rma_bw pair ran both sides on this machine's one GPU, where pairs that "
+           "share a GPU are each far slower than one pair alone: their sum bounds nothing")
 
 
 def load(paths):
@@ -108,6 +127,10 @@ def load(paths):
         if r["phase"] == "ceiling":
             grouped.setdefault((r["memory"], r["page_size"]), []).append(r)
     ceilings = {k: Ceiling(v) for k, v in grouped.items()}
+    if len(env.get("gpus") or []) == 1:
+        for (memory, _), ceiling in ceilings.items():
+            if memory == "cuda":
+                ceiling.not_a_ceiling = ONE_GPU
     runs = [r for r in records if r["phase"] in ("cuda", "host") and r.get("ok") and "gbps" in r]
     failures = [r for r in records if r["phase"] in ("cuda", "host", "smoke") and not r.get("ok")]
     extra = {"split": [r for r in records if r["phase"] == "split"],
@@ -141,7 +164,7 @@ def rows(ceilings, runs):
     out = []
     for r in pooled(runs):
         ceiling = ceilings.get((r["memory"], r["page_size"]))
-        share = r["gbps"] / ceiling.gbps if ceiling and ceiling.gbps else None
+        share = r["gbps"] / ceiling.bound if ceiling and ceiling.bound else None
         out.append({
             "poll_threads": r.get("poll_threads", "gpu"),
             "memory": r["memory"], "page_size": r["page_size"], "chapter": r["chapter"],
@@ -216,7 +239,8 @@ def markdown(env, ceilings, table, failures, command, title, extra):
                       + "---:|---:|---:|---|"]
             order = lambda r: (series.ORDER.index(r["chapter"]), r["poll_threads"], r["pages"])
             for r in sorted(part, key=order):
-                pct = f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None else "n/a"
+                pct = (f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None
+                       else "none: not a ceiling" if ceiling and ceiling.not_a_ceiling else "n/a")
                 runs = ", ".join(f"{g:.1f}" for g in r["all_gbps"])
                 poll = f" {r['poll_threads']} |" if poll_col else ""
                 pages = f" {r['pages']} |" if pages_col else ""
@@ -258,7 +282,8 @@ def split_section(split, ceilings):
              "|---|---:|---:|---:|---:|---|"]
     for r in sorted(split, key=lambda r: (r["page_size"], r["processes_per_side"])):
         ceiling = ceilings.get((r.get("memory", "cuda"), r["page_size"]))
-        pct = f"{100 * r['gbps'] / ceiling.gbps:.1f}%" if ceiling and ceiling.gbps and r["ok"] else "n/a"
+        pct = (f"{100 * r['gbps'] / ceiling.bound:.1f}%" if ceiling and ceiling.bound and r["ok"]
+               else "none: not a ceiling" if ceiling and ceiling.not_a_ceiling else "n/a")
         pairs = ", ".join(f"{g:.0f}" for g in r["pair_gbps"]) if r["ok"] else "failed"
         lines += [f"| {size_name(r['page_size'])} | {r['processes_per_side']} | {r['nics_per_process']} "
                   f"| {r['gbps']:.1f} | {pct} | {pairs} |"]
@@ -339,8 +364,8 @@ def plot(table, ceilings, path):
         names = [series.number(r["chapter"]) for r in part]
         ax.bar(names, [r["gbps"] for r in part], color="#4878d0")
         ceiling = ceilings.get((memory, size))
-        if ceiling and ceiling.gbps:
-            ax.axhline(ceiling.gbps, color="#d65f5f", linestyle="--", label="fi_rma_bw")
+        if ceiling and ceiling.bound:
+            ax.axhline(ceiling.bound, color="#d65f5f", linestyle="--", label="fi_rma_bw")
             ax.legend(loc="lower right", fontsize=8)
         ax.set_title(f"{memory}, {size_name(size)} pages", fontsize=10)
         ax.set_ylabel("Gbps")
