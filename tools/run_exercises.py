@@ -197,7 +197,7 @@ def main():
             verdicts.append(verdict)
             runs.append({"exercise": e["id"], "run": i, "rc": rc, "seconds": round(seconds, 1),
                          "verdict": verdict,
-                         "output_tail": output.strip().splitlines()[-5:]})
+                         "output_tail": output.strip().splitlines()[-40:]})
             print(f"{e['id']} run {i}/{args.repeat}: {'; '.join(verdict) or 'NO VERDICT'} "
                   f"({seconds:.0f} s)", flush=True)
             if not verdict:
