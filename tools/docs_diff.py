@@ -133,6 +133,12 @@ class Repo:
         return order[i - 1] if i > 0 else None
 
     def result_sets(self):
+        """Every recording (read once per Repo: each page's blocks ask)."""
+        if not hasattr(self, "_result_sets"):
+            self._result_sets = self._read_result_sets()
+        return self._result_sets
+
+    def _read_result_sets(self):
         """Every recording: one per folder written by tools/compare.py, one per
         (memory, page size, layout) found in a folder whose results.csv has
         one row per chapter and configuration (as tools/gpu_tables.py writes
