@@ -17,6 +17,5 @@ TEST(FormatRate, KeepsThreeSignificantDigitsWithoutAnExponent) {
   EXPECT_EQ(FormatRate(0), "0");
 }
 
-
 }  // namespace
 }  // namespace tutorial
