@@ -115,6 +115,30 @@ class DocsCheckTest(unittest.TestCase):
             self.assertIn("docs/13_shard.md", result.stdout)
             self.assertNotIn("docs/11_multithread.md", result.stdout.split("stale page(s):")[-1])
 
+    def test_check_catches_a_quote_of_an_older_counter_rule(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "docs" / "workshop.md"
+            old = "h200x2-32core-simnic-host-8x4-page256"
+            page.write_text(page.read_text() + f"\nIn [{old}](../results/{old}/results.md) "
+                            "18 rang 0.250 doorbells per WRITE.\n")
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn(f"docs/workshop.md: quotes counters of {old}, recorded under counter "
+                          "rule 1", result.stdout)
+            # Raising the rule makes every recording of today old: their
+            # counter tables go, each page saying why.
+            rule = copy / "common" / "counter_rule.h"
+            text = rule.read_text()
+            today = int(text.split("kCounterRule = ")[1].split(";")[0])
+            rule.write_text(text.replace(f"kCounterRule = {today};",
+                                         f"kCounterRule = {today + 1};"))
+            page.write_text((source_root() / "docs" / "workshop.md").read_text())
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/14_batch.md", result.stdout)
+            self.assertIn("Not shown: recorded under an older counter rule", result.stdout)
+
     def test_check_catches_a_missing_page(self):
         with tempfile.TemporaryDirectory() as tmp:
             copy = copy_tree(tmp)
