@@ -39,7 +39,7 @@ CALLS = re.compile(r"(?:\bthrow\s+(?:tutorial::)?(?:UsageError|RuntimeError|Prot
                    r"|\bfprintf\(\s*stderr\s*,|\bstd::cerr\s*<<"
                    r"|\bsnprintf\(\s*(?:text|what)\s*,[^,]*,"
                    r"|\bprintf\(\s*(?=\"[^\"]*(?:abandoned|error|warning|failed|cannot|Note:)))"
-                   r"([^;]*)")
+                   r'((?:"(?:[^"\\]|\\.)*"|[^;"])*)')  # to the ; outside strings
 LITERALS = re.compile(r'(?:"(?:[^"\\]|\\.)*"\s*)+')
 LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
