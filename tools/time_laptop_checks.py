@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Times the workshop's two-hour laptop plan (docs/workshop.md) on a machine
+without Bazel, with the binaries tools/build_laptop_bins.sh made.
+
+Each step's check (exercises 10.1, 11.1, 11.2, 12.1, 14.1, 16.1 as their
+chapter pages give them, and tests/two_hosts_netns_test.py) runs under
+`taskset -c CPUS bash -c CHECK` from the checkout, its `bazel` and `sed -i`
+lines replaced by the carried binaries (11.1's two variants, 14.1's four);
+rounds repeat while --budget lasts. Writes OUT/runs.jsonl (seconds, the
+verdict the page's <!-- verdict --> patterns read, the output's tail) and
+prints each run and the median per step.
+
+  tools/build_laptop_bins.sh .devbin                        # here, with Bazel
+  python3 tools/time_laptop_checks.py --bin-root .devbin --out /tmp/t --budget 120
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import run_exercises as rx  # noqa: E402
+
+
+def checks(ex, d):
+    def plain(eid):
+        check, why = rx.for_bin_dir(ex[eid]["check"], d / "base")
+        if check is None:
+            sys.exit(f"time_laptop_checks: {eid}: {why}")
+        return check
+
+    def without(eid, prefixes):
+        return [ln for ln in ex[eid]["check"] if not ln.strip().startswith(prefixes)]
+
+    variants = iter([d / "v11cas", d / "v11store"])
+    ex11 = [ln.replace("--no-build", f"--bin-dir {next(variants)}") if "--no-build" in ln else ln
+            for ln in without("11.1", ("sed ", "bazel build", "git checkout"))]
+    ex12 = [ln.replace("bazel run //chapters/12_pin:server --", str(d / "base/12_pin/server"))
+            .replace("--no-build", f"--bin-dir {d / 'base'}")
+            for ln in without("12.1", ("bazel build",))]
+    ex14 = [re.sub(r"(run_chapter\.py 14_batch)", rf"\1 --bin-dir {d}/v14b$batch", ln)
+            for ln in without("14.1", ("sed ", "git checkout"))]
+    two_hosts = [f"TEST_SRCDIR={d}/ts TEST_WORKSPACE=w python3 tests/two_hosts_netns_test.py"]
+    return {"10.1": plain("10.1"), "11.1": ex11, "11.2": plain("11.2"), "12.1": ex12,
+            "14.1": ex14, "16.1": plain("16.1"), "two_hosts": two_hosts}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-root", type=pathlib.Path, required=True,
+                        help="what tools/build_laptop_bins.sh wrote")
+    parser.add_argument("--out", type=pathlib.Path, required=True, help="folder for runs.jsonl")
+    parser.add_argument("--cpus", default="0-3", help="taskset's CPU list (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=120,
+                        help="seconds after which no new run starts (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each step at most")
+    parser.add_argument("--only", nargs="+", default=None, help="steps, e.g. 14.1 two_hosts")
+    args = parser.parse_args()
+    d = args.bin_root.resolve()
+    # Libraries the machine may lack; libstdc++ only where it has none; ip, ps
+    # and taskset only where it has none.
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    libs = [str(d / "lib")]
+    if "libstdc++.so.6 " not in subprocess.run(["sh", "-c", "ldconfig -p"], capture_output=True,
+                                                text=True).stdout:
+        libs.append(str(d / "lib2"))
+    env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    env["PATH"] = env.get("PATH", "/usr/bin:/bin") + f":{d / 'fb'}"
+    ex = {e["id"]: e for e in rx.exercise_list(ROOT)}
+    steps = checks(ex, d)
+    if args.only:
+        steps = {k: v for k, v in steps.items() if k in args.only}
+    args.out.mkdir(parents=True, exist_ok=True)
+    started, seconds = time.monotonic(), {}
+    with open(args.out / "runs.jsonl", "w") as log:
+        for rnd in range(1, args.rounds + 1):
+            for step, lines in steps.items():
+                if time.monotonic() - started > args.budget:
+                    break
+                t0 = time.monotonic()
+                try:
+                    run = subprocess.run(["taskset", "-c", args.cpus, "bash", "-c",
+                                          "\n".join(lines) + "\n"], cwd=ROOT, env=env,
+                                         capture_output=True, text=True, timeout=90,
+                                         start_new_session=True)
+                    output, rc = run.stdout + run.stderr, run.returncode
+                except subprocess.TimeoutExpired as e:
+                    output, rc = str(e.stdout or ""), 124
+                took = time.monotonic() - t0
+                verdict = (rx.verdict_of(ex[step]["verdict"], output) if step in ex else
+                           [ln for ln in output.splitlines()
+                            if ln.startswith(("two hosts", "two_hosts_netns_test: SKIPPED", "OK",
+                                              "FAILED", "Ran "))])
+                tail = output.strip().splitlines()[-25:]
+                log.write(json.dumps({"step": step, "round": rnd, "rc": rc,
+                                      "seconds": round(took, 2), "cpus": args.cpus,
+                                      "verdict": verdict, "command": lines,
+                                      "output_tail": tail}) + "\n")
+                log.flush()
+                print(f"{step} round {rnd}: rc {rc}, {took:.1f} s, verdict {verdict}", flush=True)
+                if rc != 0 or not verdict:
+                    print("\n".join(tail), flush=True)
+                else:
+                    seconds.setdefault(step, []).append(took)
+    for step, values in seconds.items():
+        print(f"median {step}: {statistics.median(values):.1f} s of {len(values)} "
+              f"({', '.join(f'{v:.1f}' for v in values)})")
+    print(f"total {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
