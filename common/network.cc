@@ -214,6 +214,7 @@ void Network::CloseEndpoint() {
   posted_transmits_ = 0;
   detached_ = 0;
   batch_open_ = false;
+  confirmed_peers_.Clear();
 }
 
 double LinkGbps(const fi_info& info) {
@@ -289,7 +290,10 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
   return peer;
 }
 
-void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
+void Network::RemovePeer(fi_addr_t peer) {
+  confirmed_peers_.Forget(peer);
+  fi_av_remove(av_.get(), &peer, 1, 0);
+}
 
 void Network::Link(RdmaOp* op) {
   op->prev = nullptr;
@@ -387,6 +391,13 @@ ssize_t Network::PostToProvider(RdmaOp* op, uint64_t more_flag) {
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = PostToProvider(op, more_flag);
   if (ret == -FI_EAGAIN) return ret;
+  if (ret < 0 && op->state == OpState::kDetached) {
+    // Recovery kept it to close a batch; nobody waits for it.
+    ++outstanding_;  // FreeOp counts it down again
+    --detached_;
+    FreeOp(op);
+    return ret;
+  }
   if (ret < 0) {
     // The caller hears of it as an error completion, at the next poll.
     const char* call = op->type == OpType::kWrite  ? "fi_writemsg"
@@ -396,20 +407,23 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
     op->error_message = std::string(call) + ": " + fi_strerror(op->error);
     op->state = OpState::kFailed;
     failed_.push_back(op);
-    return 0;
+    return ret;
   }
-  op->state = OpState::kPosted;
+  if (op->state != OpState::kDetached) op->state = OpState::kPosted;
   if (op->type != OpType::kRecv) ++posted_transmits_;
   return 0;
 }
 
 void Network::ProgressPendingOps() {
   // The series posts until the provider refuses one; chapter 18 batches
-  // with FI_MORE (common/post_queue.h says how every batch is closed).
+  // with FI_MORE (common/post_queue.h says how every batch is closed, and
+  // why only WRITEs to a peer that has answered may join one).
   size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
   PostPendingQueue(
       pending_, options_.doorbell_batching, free_slots, batch_open_,
-      [](const RdmaOp* op) { return op->type == OpType::kWrite; },
+      [this](const RdmaOp* op) {
+        return op->type == OpType::kWrite && confirmed_peers_.Confirmed(op->write.peer);
+      },
       [this](RdmaOp* op, uint64_t flags) { return Submit(op, flags); });
 }
 
@@ -499,6 +513,8 @@ void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
     return;
   }
   if (op->type == OpType::kRecv) op->received = entry.len;
+  // The peer has answered: WRITEs to it may now join FI_MORE batches.
+  if (op->type == OpType::kWrite) confirmed_peers_.Confirm(op->write.peer);
   // Callbacks may post new operations; the op is given back after.
   Complete(op);
   FreeOp(op);

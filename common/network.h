@@ -27,6 +27,7 @@
 #include "common/buffer.h"
 #include "common/call_meter.h"
 #include "common/fabric_handles.h"
+#include "common/post_queue.h"
 
 namespace tutorial {
 
@@ -259,8 +260,9 @@ class alignas(64) Network {
   void Enqueue(RdmaOp* op, bool lazy);
   // Posts the pending queue in order until the provider refuses one.
   void ProgressPendingOps();
-  // Hands `op` to the provider; -FI_EAGAIN or 0. A hard error marks the op
-  // failed and queues it for the next poll (and counts as taken).
+  // Hands `op` to the provider: 0, -FI_EAGAIN, or the error of a post that
+  // failed for good, which marks the op failed and queues it for the next
+  // poll.
   ssize_t Submit(RdmaOp* op, uint64_t more_flag);
   ssize_t PostToProvider(RdmaOp* op, uint64_t more_flag);
   void ReportFailed();
@@ -295,7 +297,8 @@ class alignas(64) Network {
   size_t outstanding_ = 0;
   size_t outstanding_recvs_ = 0;
   size_t posted_transmits_ = 0;
-  bool batch_open_ = false;  // the last accepted post carried FI_MORE
+  bool batch_open_ = false;         // the last accepted post carried FI_MORE
+  ConfirmedPeers confirmed_peers_;  // may receive FI_MORE batches (chapter 18)
   RemoteWriteCallback on_remote_write_;
 
   // Recovery's state (common/recovery_nic.h): the hook for error

@@ -15,7 +15,14 @@
 #include <cstring>
 #include <deque>
 
+#include "common/post_queue.h"
+
 namespace tutorial {
+namespace {
+
+bool IsTransmit(const RdmaOp* op) { return op->type != OpType::kRecv; }
+
+}  // namespace
 
 void Recovery::ResetEndpoint(Network& net, bool keep_address) {
   if (keep_address) {
@@ -140,41 +147,38 @@ void Recovery::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& 
 }
 
 void Recovery::CancelQueuedTransmits(Network& net) {
-  std::deque<RdmaOp*> receives;
   // A batch left open (chapter 18) holds WRITEs the NIC has not been told
   // about: the first queued transmit stays, to be posted without FI_MORE
   // by the next poll, so that the drain can see them complete.
-  bool keep_closer = net.batch_open_;
-  for (RdmaOp* op : net.pending_) {
-    if (op->type == OpType::kRecv || keep_closer) {
-      keep_closer = keep_closer && op->type == OpType::kRecv;
-      receives.push_back(op);
-      continue;
-    }
+  RdmaOp* closer = nullptr;
+  for (RdmaOp* op : TakeQueuedTransmits(net.pending_, net.batch_open_, IsTransmit, &closer)) {
     op->error = FI_ECANCELED;
     op->error_message = fi_strerror(FI_ECANCELED);
     op->state = OpState::kFailed;
     net.failed_.push_back(op);
   }
-  net.pending_.swap(receives);
 }
 
 size_t Recovery::DetachTransmits(Network& net) {
-  auto forget_transmits = [&net](std::deque<RdmaOp*>& queue) {
-    std::deque<RdmaOp*> receives;
-    for (RdmaOp* op : queue) {
-      if (op->type == OpType::kRecv) {
-        receives.push_back(op);
-      } else {
-        net.FreeOp(op);
-      }
+  // The closer of an open batch stays queued, detached: the next poll
+  // still rings the doorbell for the WRITEs before it, so they complete
+  // and their contexts come back instead of waiting for a reset.
+  RdmaOp* closer = nullptr;
+  for (RdmaOp* op : TakeQueuedTransmits(net.pending_, net.batch_open_, IsTransmit, &closer)) {
+    net.FreeOp(op);
+  }
+  std::deque<RdmaOp*> failed;
+  failed.swap(net.failed_);
+  for (RdmaOp* op : failed) {
+    if (IsTransmit(op)) {
+      net.FreeOp(op);
+    } else {
+      net.failed_.push_back(op);
     }
-    queue.swap(receives);
-  };
-  forget_transmits(net.pending_);
-  forget_transmits(net.failed_);
+  }
   for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
-    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
+    bool held = op->state == OpState::kPosted || (op == closer && op->state == OpState::kQueued);
+    if (!held || op->type == OpType::kRecv) continue;
     op->callback = nullptr;
     op->handler = nullptr;
     op->state = OpState::kDetached;

@@ -20,6 +20,7 @@ struct FakeOp {
 // Accepts posts until `refuse_at` (a post count), records each post's flags.
 struct FakeProvider {
   std::vector<int> refuse_at;  // post numbers answered -FI_EAGAIN
+  std::vector<int> fail_ids;   // ops whose post fails for good (-FI_EINVAL)
   std::vector<uint64_t> accepted_flags;
   std::vector<int> accepted_ids;
   int posts = 0;
@@ -28,6 +29,9 @@ struct FakeProvider {
     int n = posts++;
     for (int r : refuse_at) {
       if (r == n) return -FI_EAGAIN;
+    }
+    for (int id : fail_ids) {
+      if (id == op->id) return -FI_EINVAL;
     }
     accepted_flags.push_back(flags);
     accepted_ids.push_back(op->id);
@@ -118,6 +122,113 @@ TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbell) {
     EXPECT_EQ(provider.accepted_flags[3], 0u);
     EXPECT_EQ(provider.accepted_flags[2], 0u);
   }
+}
+
+// A post that fails for good rings no doorbell: the WRITEs accepted before
+// it with FI_MORE still wait, so the batch stays open (issue 23).
+TEST(PostQueueTest, AFailedCloserLeavesTheBatchOpen) {
+  std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
+  auto queue = MakeQueue(ops);
+  FakeProvider provider;
+  provider.fail_ids = {3};  // the closing post (no FI_MORE) fails
+  bool open = false;
+  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, FI_MORE, FI_MORE}));
+  EXPECT_TRUE(queue.empty());
+  EXPECT_TRUE(open) << "no doorbell rang for the three WRITEs";
+  // The next post closes it.
+  FakeOp next{4};
+  queue.push_back(&next);
+  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  EXPECT_EQ(provider.accepted_flags.back(), 0u);
+  EXPECT_FALSE(open);
+}
+
+TEST(PostQueueTest, AFailedPostMidBatchIsClosedByTheNextPost) {
+  std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}, {4}};
+  auto queue = MakeQueue(ops);
+  FakeProvider provider;
+  provider.fail_ids = {1};
+  bool open = false;
+  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  EXPECT_EQ(provider.accepted_ids, (std::vector<int>{0, 2, 3, 4}));
+  // 0 went out with FI_MORE; 2 rings its doorbell alone; 3 and 4 batch.
+  EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, 0, FI_MORE, 0}));
+  EXPECT_FALSE(open);
+}
+
+TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbellDespiteFailures) {
+  for (int pattern = 0; pattern < 64; ++pattern) {
+    std::vector<FakeOp> ops;
+    for (int i = 0; i < 6; ++i) ops.push_back(FakeOp{i});
+    ops.push_back(FakeOp{6});  // never fails: the queue's last word
+    auto queue = MakeQueue(ops);
+    FakeProvider provider;
+    for (int bit = 0; bit < 6; ++bit) {
+      if (pattern & (1 << bit)) provider.fail_ids.push_back(bit);
+    }
+    bool open = false;
+    PostPendingQueue(queue, true, 4, open, IsWrite, std::ref(provider));
+    ASSERT_TRUE(queue.empty()) << "pattern " << pattern;
+    EXPECT_FALSE(open) << "pattern " << pattern;
+    EXPECT_EQ(provider.accepted_flags.back(), 0u) << "pattern " << pattern;
+  }
+}
+
+// Recovery gives queued transmits up, but never the post that must ring the
+// doorbell of an open batch (DetachTransmits freed it, issue 23).
+TEST(PostQueueTest, GivingUpQueuedTransmitsKeepsTheCloserOfAnOpenBatch) {
+  std::vector<FakeOp> ops = {{0, false}, {1}, {2}, {3, false}};  // 0 and 3 receives
+  auto is_transmit = [](const FakeOp* op) { return op->write; };
+  auto queue = MakeQueue(ops);
+  FakeOp* closer = nullptr;
+  std::deque<FakeOp*> taken = TakeQueuedTransmits(queue, /*batch_open=*/true, is_transmit, &closer);
+  ASSERT_NE(closer, nullptr);
+  EXPECT_EQ(closer->id, 1);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0]->id, 2);
+  ASSERT_EQ(queue.size(), 3u);
+  EXPECT_EQ(queue[0]->id, 0);
+  EXPECT_EQ(queue[1]->id, 1);
+  EXPECT_EQ(queue[2]->id, 3);
+
+  auto closed = MakeQueue(ops);
+  taken = TakeQueuedTransmits(closed, /*batch_open=*/false, is_transmit, &closer);
+  EXPECT_EQ(closer, nullptr);
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_EQ(closed.size(), 2u);
+}
+
+// efa re-posts the WRITEs it queued before its handshake with a peer with
+// the application's FI_MORE (efa_rdm_ep_enforce_handshake_for_txe): so a
+// WRITE joins a batch only once a WRITE to its peer has completed.
+TEST(PostQueueTest, WritesToAPeerThatHasNotAnsweredGoAloneWithoutFiMore) {
+  struct PeerOp {
+    int id;
+    fi_addr_t peer;
+  };
+  std::vector<PeerOp> ops = {{0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 1}};
+  std::deque<PeerOp*> queue;
+  for (PeerOp& op : ops) queue.push_back(&op);
+  ConfirmedPeers confirmed;
+  confirmed.Confirm(1);  // peer 1 has answered, peer 0 not yet
+  std::vector<uint64_t> flags;
+  bool open = false;
+  PostPendingQueue(
+      queue, true, 100, open, [&](const PeerOp* op) { return confirmed.Confirmed(op->peer); },
+      [&](PeerOp*, uint64_t f) -> ssize_t {
+        flags.push_back(f);
+        return 0;
+      });
+  EXPECT_EQ(flags, (std::vector<uint64_t>{0, 0, FI_MORE, FI_MORE, 0}));
+  EXPECT_FALSE(open);
+
+  // A slot of the address vector given to another peer must answer anew.
+  confirmed.Forget(1);
+  EXPECT_FALSE(confirmed.Confirmed(1));
+  EXPECT_FALSE(confirmed.Confirmed(FI_ADDR_UNSPEC));
+  confirmed.Confirm(FI_ADDR_UNSPEC);  // not an index: ignored
+  EXPECT_FALSE(confirmed.Confirmed(FI_ADDR_UNSPEC));
 }
 
 }  // namespace
