@@ -10,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "common/device_rdma.h"
 #include "common/post_queue.h"
 #include "common/recovery_nic.h"
 
@@ -62,7 +63,13 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
   hints->domain_attr->threading = options.threading;
   hints->tx_attr->op_flags = FI_COMPLETION;
   hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
-  if (choice.provider == "efa") hints->fabric_attr->name = strdup("efa");
+  if (choice.provider == "efa") {
+    hints->fabric_attr->name = strdup("efa");
+    // Peers on other hosts only: asking for FI_REMOTE_COMM without
+    // FI_LOCAL_COMM keeps efa from opening shm inside itself (see
+    // kEfaCommCaps in network.h).
+    hints->caps |= kEfaCommCaps;
+  }
   return hints;
 }
 
@@ -182,6 +189,9 @@ void Network::OpenEndpoint(const std::vector<uint8_t>* name) {
   CheckFabric(fi_ep_bind(ep_.get(), &eq_->fid, 0), "fi_ep_bind");
   CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind");
   CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind");
+  // efa: GPUDirect required for GPU memory, and whether WRITEs are the
+  // NIC's own (common/device_rdma.h).
+  device_rdma_ = ApplyEfaEndpointRules(*info_, OptionsOf(ep_.get()));
   CheckFabric(fi_enable(ep_.get()), "fi_enable");
 
   size_t addrlen = 0;

@@ -26,6 +26,7 @@
 
 #include "common/buffer.h"
 #include "common/call_meter.h"
+#include "common/device_rdma.h"
 #include "common/fabric_handles.h"
 #include "common/post_queue.h"
 
@@ -63,6 +64,16 @@ uint32_t RequestedApiVersion();
 constexpr uint32_t ApiVersionFor(uint32_t header_version, uint32_t library_version) {
   return header_version < library_version ? header_version : library_version;
 }
+// What efa does with hints that ask for FI_REMOTE_COMM without
+// FI_LOCAL_COMM (libfabric 1.22 to 2.6: efa_user_info.c clears FI_LOCAL_COMM
+// in the fi_info; efa_domain.c in 2.1, efa_shm.c in 2.6, then open no shm
+// provider inside efa): no shm domain, endpoint, address vector or CQ per
+// NIC, no copy of every registration into shm (efa_rdm_mr.c; for CUDA
+// memory an IPC handle each), and no shm poll inside every fi_cq_read
+// (efa_rdm_cq.c). The price: a peer on the same host is reached through
+// the NIC, which is what a tutorial measuring NICs wants (the series' two
+// p5s never share a host). docs/running-on-p5.md says so.
+constexpr uint64_t kEfaCommCaps = FI_REMOTE_COMM;
 // The access bits every registration asks for (see Network::Register).
 constexpr uint64_t kRegistrationAccess =
     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -197,6 +208,8 @@ class alignas(64) Network {
   const std::string& name() const { return name_; }
   const std::vector<uint8_t>& address() const { return address_; }
   const NetworkOptions& options() const { return options_; }
+  // efa: whether GPUDirect is required and WRITEs are the NIC's own.
+  const DeviceRdma& device_rdma() const { return device_rdma_; }
 
   MemoryRegion Register(const Buffer& buffer);
 
@@ -284,6 +297,7 @@ class alignas(64) Network {
   std::vector<uint8_t> address_;
   bool virt_addr_ = false;
   bool hmem_ = false;
+  DeviceRdma device_rdma_;
   uint64_t next_mr_key_ = 1;
 
   // Chapter 17: operation contexts live in chunks that never move, reused

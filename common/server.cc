@@ -544,10 +544,14 @@ class RandomFillServer {
 
     if (outcome.ok) {
       ++served_;
-      std::printf("Transfer done: %s in %.3f s, %.3f Gbps, %s Mops/s%s.\n",
-                  FormatBytes(outcome.stats.bytes).c_str(), outcome.stats.seconds,
-                  outcome.stats.gbps, FormatRate(outcome.stats.mops).c_str(),
-                  node_.simulated_model().empty() ? "" : " (simulated NICs)");
+      bool emulated = MemoryLabel(MemoryKindName(node_.fabric().memory),
+                                  node_.net(0, 0).device_rdma()) == "cuda-emulated";
+      std::printf(
+          "Transfer done: %s in %.3f s, %.3f Gbps, %s Mops/s%s%s.\n",
+          FormatBytes(outcome.stats.bytes).c_str(), outcome.stats.seconds, outcome.stats.gbps,
+          FormatRate(outcome.stats.mops).c_str(),
+          node_.simulated_model().empty() ? "" : " (simulated NICs)",
+          emulated ? " (GPU memory, but WRITEs emulated: not a GPUDirect RDMA number)" : "");
     } else {
       ++failed_;
       std::printf("Transfer abandoned: %s%s\n", outcome.error.c_str(), repaired.c_str());
@@ -562,7 +566,13 @@ class RandomFillServer {
     if (options_.result_json.empty()) return;
     nlohmann::json r = ResultRecord(chapter_, "server");
     r["provider"] = node_.fabric().provider;
-    r["memory"] = MemoryKindName(node_.fabric().memory);
+    // GPU memory over emulated WRITEs is "cuda-emulated": never a GPU number.
+    const DeviceRdma& rdma = node_.net(0, 0).device_rdma();
+    r["memory"] = MemoryLabel(MemoryKindName(node_.fabric().memory), rdma);
+    r["device_rdma"] =
+        rdma.device_rdma < 0 ? nlohmann::json() : nlohmann::json(rdma.device_rdma > 0);
+    r["emulated_write"] =
+        rdma.emulated_write < 0 ? nlohmann::json() : nlohmann::json(rdma.emulated_write > 0);
     r["gpus"] = node_.num_gpus();
     r["nics_per_gpu"] = node_.nics_per_gpu();
     r["buffers_per_gpu"] = node_.buffers_per_gpu();

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "common/device_rdma.h"
+#include "common/errors.h"
 #include "common/network.h"
 #include "common/recovery_nic.h"
 
@@ -40,6 +42,22 @@ TEST(EfaRulesTest, HintsNameTheEfaFabric) {
   // Other providers' fabrics are not named.
   FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""}, NetworkOptions{});
   EXPECT_EQ(shm->fabric_attr->name, nullptr);
+}
+
+// No shm inside efa (issue 23): hints with FI_REMOTE_COMM but without
+// FI_LOCAL_COMM make efa_user_info.c clear FI_LOCAL_COMM, and then the efa
+// domain opens no shm provider (efa_domain.c in 2.1, efa_shm.c in 2.6):
+// no shm endpoint per NIC, no shm copy of every registration. shm's own
+// hints are left alone (it is local communication only).
+TEST(EfaRulesTest, EfaHintsAskForRemotePeersOnlySoEfaOpensNoShm) {
+  FiInfoPtr efa = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""}, NetworkOptions{});
+  EXPECT_TRUE(efa->caps & FI_REMOTE_COMM);
+  EXPECT_FALSE(efa->caps & FI_LOCAL_COMM);
+  FiInfoPtr cuda = MakeHints(FabricChoice{"efa", MemoryKind::kCuda, ""}, NetworkOptions{});
+  EXPECT_TRUE(cuda->caps & FI_REMOTE_COMM);
+  EXPECT_FALSE(cuda->caps & FI_LOCAL_COMM);
+  FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""}, NetworkOptions{});
+  EXPECT_FALSE(shm->caps & (FI_REMOTE_COMM | FI_LOCAL_COMM));
 }
 
 // The registration modes EFA requires (DESIGN.md; efa_user_info.c), GPU
@@ -114,6 +132,131 @@ TEST(EfaRulesTest, TheEventQueueIsBoundAndItsErrorsReported) {
   EXPECT_NE(reported.find(fi_strerror(FI_EIO)), std::string::npos) << reported;
   EXPECT_NE(reported.find(net.name()), std::string::npos) << reported;
   EXPECT_EQ(Recovery::TakeEventError(net), "");
+}
+
+// GPUDirect or a loud refusal (issue 23). No machine here has an EFA device
+// or GPUDirect, and simnic moves host memory only, so this fake plays efa's
+// fi_setopt/fi_getopt: it answers as prov/efa/src/rdm/efa_rdm_ep_fiops.c
+// (efa_rdm_ep_setopt, efa_rdm_ep_getopt; v2.1.0 and v2.6.0) does on a host
+// with or without peer-to-peer access to GPU memory.
+struct FakeEfaEndpoint {
+  bool p2p_supported_by_device = true;  // nvidia-peermem or dma-buf present
+  bool rdma_read = true;                // device RDMA on, RDMA read capable
+  bool rdma_write = true;               // and RDMA write capable
+  int p2p_set = -1;                     // what the application set
+  int sets = 0, gets = 0;
+
+  EndpointOptions Options() {
+    EndpointOptions o;
+    o.set = [this](int name, const void* value, size_t length) -> int {
+      ++sets;
+      if (name != FI_OPT_FI_HMEM_P2P || length != sizeof(int)) return -FI_ENOPROTOOPT;
+      int opt = *static_cast<const int*>(value);
+      // efa_hmem_validate_p2p_opt: REQUIRED needs the device's P2P.
+      if (opt == FI_HMEM_P2P_REQUIRED && !p2p_supported_by_device) return -FI_EOPNOTSUPP;
+      p2p_set = opt;
+      return 0;
+    };
+    o.get = [this](int name, void* value, size_t* length) -> int {
+      ++gets;
+      if (*length < sizeof(bool)) return -FI_ETOOSMALL;
+#if FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 18))
+      if (name == FI_OPT_EFA_EMULATED_READ) {
+        *static_cast<bool*>(value) = !rdma_read;
+        *length = sizeof(bool);
+        return 0;
+      }
+      if (name == FI_OPT_EFA_EMULATED_WRITE) {
+        *static_cast<bool*>(value) = !(rdma_read && rdma_write);
+        *length = sizeof(bool);
+        return 0;
+      }
+#endif
+      (void)name;
+      (void)value;
+      return -FI_ENOPROTOOPT;
+    };
+    return o;
+  }
+};
+
+FiInfoPtr EfaInfo(bool cuda) {
+  FiInfoPtr info = MakeHints(FabricChoice{"efa", cuda ? MemoryKind::kCuda : MemoryKind::kHost, ""},
+                             NetworkOptions{});
+  return info;
+}
+
+constexpr bool kHeadersKnowEfaOptions =
+    FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 18));
+
+TEST(EfaRulesTest, GpuMemoryOverEfaRequiresGpuDirectOrIsRefusedInOneLine) {
+  FakeEfaEndpoint no_p2p;
+  no_p2p.p2p_supported_by_device = false;
+  try {
+    ApplyEfaEndpointRules(*EfaInfo(/*cuda=*/true), no_p2p.Options());
+    FAIL() << "a host without GPUDirect was not refused";
+  } catch (const UsageError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("GPUDirect"), std::string::npos) << message;
+    EXPECT_NE(message.find("FI_HMEM_P2P_REQUIRED"), std::string::npos) << message;
+    EXPECT_NE(message.find("--memory host"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  }
+
+  FakeEfaEndpoint p2p;
+  DeviceRdma rdma = ApplyEfaEndpointRules(*EfaInfo(true), p2p.Options());
+  EXPECT_EQ(p2p.p2p_set, FI_HMEM_P2P_REQUIRED);
+  EXPECT_TRUE(rdma.efa);
+  EXPECT_TRUE(rdma.p2p_required);
+  EXPECT_NE(rdma.Summary().find("GPUDirect required"), std::string::npos);
+  if (kHeadersKnowEfaOptions) {
+    EXPECT_EQ(rdma.device_rdma, 1);
+    EXPECT_EQ(rdma.emulated_write, 0);
+    EXPECT_TRUE(rdma.WritesAreRdma());
+    EXPECT_EQ(MemoryLabel("cuda", rdma), "cuda");
+    EXPECT_NE(rdma.Summary().find("device RDMA on, WRITEs by the NIC"), std::string::npos)
+        << rdma.Summary();
+  }
+}
+
+// A GPU number from an emulated path is never reported as a GPU number.
+TEST(EfaRulesTest, EmulatedWritesAreSaidAndNeverCountAsGpuNumbers) {
+  FakeEfaEndpoint no_write;
+  no_write.rdma_write = false;  // a device with RDMA read only: WRITEs emulated
+  DeviceRdma rdma = ApplyEfaEndpointRules(*EfaInfo(true), no_write.Options());
+  EXPECT_FALSE(rdma.WritesAreRdma());
+  EXPECT_EQ(MemoryLabel("cuda", rdma), "cuda-emulated");
+  EXPECT_EQ(MemoryLabel("host", rdma), "host");
+  if (kHeadersKnowEfaOptions) {
+    EXPECT_EQ(rdma.emulated_write, 1);
+    EXPECT_NE(rdma.Summary().find("WRITEs emulated"), std::string::npos) << rdma.Summary();
+  } else {
+    EXPECT_NE(rdma.Summary().find("unknown"), std::string::npos) << rdma.Summary();
+  }
+  FakeEfaEndpoint no_rdma;
+  no_rdma.rdma_read = false;  // FI_EFA_USE_DEVICE_RDMA=0, or API < 1.18
+  rdma = ApplyEfaEndpointRules(*EfaInfo(true), no_rdma.Options());
+  EXPECT_EQ(MemoryLabel("cuda", rdma), "cuda-emulated");
+  if (kHeadersKnowEfaOptions) {
+    EXPECT_EQ(rdma.device_rdma, 0);
+  }
+}
+
+// Host memory over efa asks nothing of P2P; other providers nothing at all.
+TEST(EfaRulesTest, OnlyGpuMemoryOverEfaAsksForGpuDirect) {
+  FakeEfaEndpoint host;
+  DeviceRdma rdma = ApplyEfaEndpointRules(*EfaInfo(false), host.Options());
+  EXPECT_EQ(host.sets, 0);
+  EXPECT_TRUE(rdma.efa);
+  EXPECT_FALSE(rdma.p2p_required);
+
+  FakeEfaEndpoint shm;
+  FiInfoPtr info = MakeHints(FabricChoice{"shm", MemoryKind::kCuda, ""}, NetworkOptions{});
+  rdma = ApplyEfaEndpointRules(*info, shm.Options());
+  EXPECT_EQ(shm.sets + shm.gets, 0);
+  EXPECT_FALSE(rdma.efa);
+  EXPECT_EQ(rdma.Summary(), "");
+  EXPECT_EQ(MemoryLabel("cuda", rdma), "cuda");  // shm's CUDA IPC is a GPU path
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ auto IsWrite = [](const FakeOp* op) { return op->write; };
 TEST(PostQueueTest, TheSeriesPostsWithoutFiMoreUntilRefused) {
   std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
   auto queue = MakeQueue(ops);
-  FakeProvider provider{{2}};
+  FakeProvider provider;
+  provider.refuse_at = {2};
   bool open = false;
   PostPendingQueue(queue, /*batching=*/false, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_ids, (std::vector<int>{0, 1}));
@@ -85,7 +86,8 @@ TEST(PostQueueTest, NoBatchIsLargerThanTheFreeTransmitSlots) {
 TEST(PostQueueTest, ABatchCutShortByEagainIsClosedByTheNextPost) {
   std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
   auto queue = MakeQueue(ops);
-  FakeProvider provider{{2}};  // the third post (FI_MORE) is refused
+  FakeProvider provider;
+  provider.refuse_at = {2};  // the third post (FI_MORE) is refused
   bool open = false;
   PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, FI_MORE}));
