@@ -94,8 +94,22 @@ class RandomFillClient {
   void PollAll() {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
+      ThrowIfEventError(g, 0, node_.nics_per_gpu(), &next_event_check_);
     }
     ThrowIfRejected();
+  }
+
+  // The NICs' event queues, read every 100 ms (issue 23): an error there
+  // (EFA: one of the provider's own operations failed) ends the client in
+  // one line instead of its --timeout.
+  void ThrowIfEventError(size_t gpu, size_t first, size_t count, Clock::time_point* next) {
+    auto now = Clock::now();
+    if (now < *next) return;
+    *next = now + std::chrono::milliseconds(100);
+    for (size_t n = first; n < first + count; ++n) {
+      std::string error = Recovery::TakeEventError(node_.net(gpu, n));
+      if (!error.empty()) throw RuntimeError("a NIC reported an error: " + error);
+    }
   }
 
   void ThrowIfRejected() const {
@@ -146,6 +160,7 @@ class RandomFillClient {
             auto next_report = start + kWaitReport;
             auto next_liveness_check = start;
             int idle_sweeps = 0;
+            auto next_event_check = start;
             while (!stop.load(std::memory_order_relaxed)) {
               size_t handled = 0;
               for (size_t gg = g; gg < g + groups_per_thread; ++gg) {
@@ -161,6 +176,9 @@ class RandomFillClient {
                   std::this_thread::sleep_for(
                       std::chrono::microseconds(std::min(1000, 50 * (idle_sweeps - 64))));
                 }
+              }
+              for (size_t gg = g; gg < g + groups_per_thread; ++gg) {
+                ThrowIfEventError(gg, first, nics_per_thread, &next_event_check);
               }
               auto now = Clock::now();
               if (notices_.load(std::memory_order_relaxed) >= expected ||
@@ -385,7 +403,8 @@ class RandomFillClient {
   std::atomic<bool> rejected_flag_{false};  // ...published by this flag
   std::atomic<size_t> notices_{0};
   std::vector<uint8_t> server_address_;
-  bool server_gone_ = false;  // written by the first polling thread, read after join
+  bool server_gone_ = false;              // written by the first polling thread, read after join
+  Clock::time_point next_event_check_{};  // PollAll's reading of the event queues
 };
 
 }  // namespace

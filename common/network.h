@@ -322,6 +322,7 @@ class alignas(64) Network {
   OrphanErrorCallback on_orphan_error_;
   size_t detached_ = 0;
   bool av_damaged_ = false;
+  bool reset_wanted_ = false;    // its event queue reported an error
   uint64_t transmits_done_ = 0;  // published as transmit_completions_ per poll
   std::atomic<uint64_t> transmit_completions_{0};
 

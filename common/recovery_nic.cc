@@ -31,6 +31,7 @@ void Recovery::ResetEndpoint(Network& net, bool keep_address) {
   }
   Reopen(net, nullptr);
   net.av_damaged_ = false;
+  net.reset_wanted_ = false;
 }
 
 void Recovery::ReopenAt(Network& net, const std::vector<uint8_t>& address) {
@@ -39,6 +40,7 @@ void Recovery::ReopenAt(Network& net, const std::vector<uint8_t>& address) {
     throw RuntimeError(net.name_ + ": the reopened endpoint did not take its address");
   }
   net.av_damaged_ = false;
+  net.reset_wanted_ = false;
 }
 
 void Recovery::Reopen(Network& net, const std::vector<uint8_t>* address) {

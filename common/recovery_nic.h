@@ -33,7 +33,11 @@ class Recovery {
   static size_t Detached(const Network& net) { return net.detached_; }
   // True when the provider still holds detached operations or the address
   // vector refused an insert: only ResetEndpoint() makes the NIC whole.
-  static bool NeedsReset(const Network& net) { return net.detached_ > 0 || net.av_damaged_; }
+  static bool NeedsReset(const Network& net) {
+    return net.detached_ > 0 || net.av_damaged_ || net.reset_wanted_;
+  }
+  // Makes NeedsReset() true until the next reset (an event queue error).
+  static void WantReset(Network& net) { net.reset_wanted_ = true; }
 
   // Closes the endpoint, its completion queue and address vector, and
   // opens new ones on the same domain, so registrations stay valid. Every

@@ -177,7 +177,12 @@ class RandomFillServer {
     std::fflush(stdout);
 
     size_t idle_polls = 0;
+    auto next_event_check = Clock::now();
     while (!StopRequested()) {
+      if (Clock::now() >= next_event_check) {
+        next_event_check = Clock::now() + std::chrono::milliseconds(100);
+        TakeEventErrorsBetweenTransfers();
+      }
       // Between clients nothing is timed: after a while without a message
       // the wait sleeps a little between polls instead of keeping a core
       // busy (a reply then comes at most a fraction of a millisecond late).
@@ -274,6 +279,7 @@ class RandomFillServer {
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
       if (!reply_to) throw ProtocolError("RANDOM_FILL before CONNECT");
       CheckRequestFits(request, *reply_to, Layout());
+      TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
       std::vector<fi_addr_t> peers = AddClientPeers(*reply_to);
       return Serve(*reply_to, request, peers);
     } catch (const ProtocolError& e) {
@@ -384,6 +390,33 @@ class RandomFillServer {
     }
     if (needed) note += RebuildNetworks(node_);
     return note;
+  }
+
+  // Reads the event queues of the front door and of every data NIC between
+  // transfers (issue 23). An error left queued there would abandon the next,
+  // healthy transfer at the watch's first look; and a front door whose
+  // provider failed could stop hearing clients. Each error is one line; the
+  // endpoint that reported it starts afresh (Recover), before a client uses
+  // it.
+  void TakeEventErrorsBetweenTransfers() {
+    bool any = false;
+    auto take = [&any](Network& net, const char* what) {
+      for (int i = 0; i < 16; ++i) {  // a burst, bounded
+        std::string error = Recovery::TakeEventError(net);
+        if (error.empty()) return;
+        std::fprintf(stderr, "server: %s reported an error between transfers: %s\n", what,
+                     error.c_str());
+        Recovery::WantReset(net);
+        any = true;
+      }
+    };
+    take(front_door_, "the front door");
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) take(node_.net(g, n), "a data NIC");
+    }
+    if (!any) return;
+    std::string note = Recover(/*always=*/false);
+    std::fprintf(stderr, "server: recovered from it%s\n", note.c_str());
   }
 
   // Best effort: a client that sent a well-formed but unservable request

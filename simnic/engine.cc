@@ -509,6 +509,8 @@ const char* ProviderErrorText(int prov_errno) {
       return "simnic: message larger than the posted receive buffer";
     case kBadRing:
       return "simnic: malformed ring entry";
+    case kEqError:
+      return "simnic: injected event queue error (SIMNIC_EQ_ERROR)";
     default:
       return "simnic: unknown error";
   }

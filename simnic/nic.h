@@ -108,6 +108,7 @@ enum ProviderError : uint16_t {
   kNoRing = 5,          // the target has no free inbound ring
   kTruncated = 6,       // a message larger than the receive buffer
   kBadRing = 7,         // a malformed ring entry (a broken peer)
+  kEqError = 8,         // SIMNIC_EQ_ERROR: an event-queue error on demand
 };
 const char* ProviderErrorText(int prov_errno);
 
@@ -252,8 +253,17 @@ struct Domain {
   KeyTable keys;
 };
 
+// SIMNIC_EQ_ERROR=<file>: when the file appears, every event queue bound
+// to an endpoint of the domain it names (its content, e.g. "simnic1"; empty:
+// every domain) reports one error at its next read, as EFA's do for errors
+// of its internal operations (efa_base_ep_write_eq_error). The first read
+// that sees the file removes it; each appearance is one more error.
 struct EventQueue {
   fid_eq eq{};
+  std::mutex mutex;
+  int domain = -1;               // simnic<domain> of the bound endpoint
+  uint64_t injections_seen = 0;  // appearances of the file accounted for
+  bool error_pending = false;
 };
 
 // A mapping of a peer endpoint's inbound region.

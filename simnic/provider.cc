@@ -294,8 +294,60 @@ int EqClose(fid* f) {
   delete reinterpret_cast<EventQueue*>(f);
   return 0;
 }
-ssize_t EqRead(fid_eq*, uint32_t*, void*, size_t, uint64_t) { return -FI_EAGAIN; }
-ssize_t EqReadErr(fid_eq*, fi_eq_err_entry*, uint64_t) { return -FI_EAGAIN; }
+// SIMNIC_EQ_ERROR (nic.h, EventQueue): the appearances of the file so far,
+// and the domain each one named (-1: every domain).
+struct EqInjections {
+  std::mutex mutex;
+  std::vector<int> domains;
+};
+EqInjections& Injections() {
+  static EqInjections injections;
+  return injections;
+}
+
+// Takes the file if it is there; returns how many appearances there were.
+uint64_t PollEqErrorFile() {
+  static const char* path = std::getenv("SIMNIC_EQ_ERROR");
+  EqInjections& in = Injections();
+  std::lock_guard<std::mutex> lock(in.mutex);
+  if (path == nullptr || *path == 0) return in.domains.size();
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return in.domains.size();
+  char name[64] = {};
+  size_t n = std::fread(name, 1, sizeof(name) - 1, file);
+  std::fclose(file);
+  if (std::remove(path) != 0) return in.domains.size();  // another process took it
+  std::string domain(name, n);
+  domain.erase(domain.find_last_not_of(" \n") + 1);
+  in.domains.push_back(domain.rfind("simnic", 0) == 0 ? std::atoi(domain.c_str() + 6) : -1);
+  return in.domains.size();
+}
+
+ssize_t EqRead(fid_eq* f, uint32_t*, void*, size_t, uint64_t) {
+  auto* q = reinterpret_cast<EventQueue*>(f);
+  uint64_t appearances = PollEqErrorFile();
+  std::lock_guard<std::mutex> lock(q->mutex);
+  if (q->domain >= 0) {
+    EqInjections& in = Injections();
+    std::lock_guard<std::mutex> injections(in.mutex);
+    for (; q->injections_seen < appearances; ++q->injections_seen) {
+      int target = in.domains[q->injections_seen];
+      if (target < 0 || target == q->domain) q->error_pending = true;
+    }
+  }
+  return q->error_pending ? -FI_EAVAIL : -FI_EAGAIN;
+}
+ssize_t EqReadErr(fid_eq* f, fi_eq_err_entry* entry, uint64_t) {
+  auto* q = reinterpret_cast<EventQueue*>(f);
+  std::lock_guard<std::mutex> lock(q->mutex);
+  if (!q->error_pending) return -FI_EAGAIN;
+  q->error_pending = false;
+  *entry = fi_eq_err_entry{};
+  entry->fid = &f->fid;
+  entry->err = FI_EIO;
+  entry->prov_errno = kEqError;
+  return sizeof(*entry);
+}
 ssize_t EqSread(fid_eq*, uint32_t*, void*, size_t, int, uint64_t) { return -FI_EAGAIN; }
 const char* EqStrerror(fid_eq*, int prov_errno, const void*, char*, size_t) {
   return ProviderErrorText(prov_errno);
@@ -953,9 +1005,19 @@ int EpBind(fid* f, fid* bfid, uint64_t flags) {
       av->bound_endpoints.fetch_add(1);
       return 0;
     }
-    case FI_CLASS_EQ:
+    case FI_CLASS_EQ: {
       ep->eq = reinterpret_cast<EventQueue*>(bfid);
+      // Errors injected before the queue was first bound are not its own.
+      size_t appearances = 0;
+      {
+        std::lock_guard<std::mutex> injections(Injections().mutex);
+        appearances = Injections().domains.size();
+      }
+      std::lock_guard<std::mutex> lock(ep->eq->mutex);
+      if (ep->eq->domain < 0) ep->eq->injections_seen = appearances;
+      ep->eq->domain = ep->domain->index;
       return 0;
+    }
     default:
       return -FI_ENOSYS;
   }

@@ -3,6 +3,7 @@
 // where libfabric's EFA provider states it (ofiwg/libfabric, v1.22-v2.6).
 #include <gtest/gtest.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_ext.h>
 
 #include <cstring>
 #include <memory>
