@@ -1,0 +1,128 @@
+"""Event-queue errors end to end over simnic (issue 23, item 4).
+
+EFA reports errors of its own internal operations on the endpoint's event
+queue. simnic raises one on demand (SIMNIC_EQ_ERROR=<file>: when the file
+appears, the event queues of the domain it names, or of every domain when
+it is empty, report one error each). Checked here:
+- an error raised on the server between transfers (front door and data
+  NICs) is reported in one line and does not abandon the next, healthy
+  transfer;
+- an error on a client's NIC ends that client in one line, long before its
+  --timeout, and the server serves the next client.
+Every wait is bounded.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
+    "TEST_WORKSPACE", "")
+CHAPTER = "18_more"
+LAYOUT = ["--provider", "simnic", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",
+          "--buffer-size", "1048576"]
+CLIENT = ["--page-size", "4096", "--pages", "64", "--connect-timeout", "30"]
+os.environ["SIMNIC_QUIET"] = "1"
+
+
+def binary(name):
+    path = RUNFILES / "chapters" / CHAPTER / name
+    if not path.exists():  # run by hand from the workspace
+        path = (pathlib.Path("bazel-bin/chapters") / CHAPTER / name).resolve()
+    return str(path)
+
+
+def read(path):
+    try:
+        return pathlib.Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for(predicate, seconds, step=0.05):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+class EqErrorsTest(unittest.TestCase):
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(prefix="eq_errors_")
+        self.trigger = os.path.join(self.workdir, "server-eq-error")
+        self.log = os.path.join(self.workdir, "server.log")
+        self.address_file = os.path.join(self.workdir, "address")
+        env = dict(os.environ, SIMNIC_EQ_ERROR=self.trigger)
+        with open(self.log, "w") as out:
+            self.server = subprocess.Popen(
+                [binary("server"), "--repeat", "3", "--address-file", self.address_file] + LAYOUT,
+                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+        if not wait_for(lambda: "Waiting for a client" in read(self.log), 60):
+            self.server.kill()
+            self.fail("server did not start:\n" + read(self.log)[-2000:])
+
+    def tearDown(self):
+        if self.server.poll() is None:
+            self.server.send_signal(signal.SIGINT)
+            try:
+                self.server.wait(30)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+
+    def client(self, tag, env=None, timeout=60):
+        log = os.path.join(self.workdir, f"client-{tag}.log")
+        address = read(self.address_file).strip()
+        with open(log, "w") as out:
+            p = subprocess.run([binary("client"), "--server", address] + LAYOUT + CLIENT,
+                               cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, **(env or {})), timeout=timeout)
+        return p.returncode, read(log)
+
+    def good_client(self, tag):
+        code, log = self.client(tag)
+        self.assertEqual(code, 0, f"client {tag}:\n{log[-1500:]}\nserver:\n{read(self.log)[-2500:]}")
+        self.assertIn("every byte correct", log)
+
+    def test_an_error_between_transfers_does_not_abandon_the_next(self):
+        self.good_client("first")
+        # Every domain: the front door (on NIC 0's) and both data NICs.
+        pathlib.Path(self.trigger).write_text("")
+        self.assertTrue(
+            wait_for(lambda: read(self.log).count("reported an error between transfers") >= 3, 20),
+            read(self.log)[-2500:])
+        self.assertIn("injected event queue error", read(self.log))
+        self.assertFalse(os.path.exists(self.trigger))
+        # The rebuilt front door may have a new address: the file says which.
+        self.assertTrue(wait_for(lambda: "recovered from it" in read(self.log), 10))
+        self.good_client("second")
+        # Only one NIC this time, right before a client comes.
+        pathlib.Path(self.trigger).write_text("simnic1\n")
+        self.good_client("third")
+        self.assertNotIn("Transfer abandoned", read(self.log))
+        self.assertEqual(read(self.log).count("Transfer done"), 3, read(self.log)[-2500:])
+        self.assertIsNone(self.server.poll(), "the server must keep serving")
+
+    def test_an_error_on_a_client_nic_ends_it_in_one_line(self):
+        trigger = os.path.join(self.workdir, "client-eq-error")
+        pathlib.Path(trigger).write_text("")
+        start = time.monotonic()
+        code, log = self.client("hit", env={"SIMNIC_EQ_ERROR": trigger})
+        self.assertEqual(code, 1, log[-1500:])
+        # Its --timeout is 300 s: the error, not the deadline, ended it.
+        self.assertLess(time.monotonic() - start, 60)
+        errors = [line for line in log.splitlines() if "error:" in line]
+        self.assertEqual(len(errors), 1, log[-1500:])
+        self.assertIn("a NIC reported an error", errors[0])
+        self.assertIn("injected event queue error", errors[0])
+        self.good_client("next")
+
+
+if __name__ == "__main__":
+    unittest.main()
