@@ -94,7 +94,9 @@ class RandomFillClient {
   void PollAll() {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) node_.net(g, n).PollCompletion();
-      ThrowIfEventError(g, 0, node_.nics_per_gpu(), &next_event_check_);
+    }
+    if (EventCheckDue(&next_event_check_)) {
+      for (size_t g = 0; g < node_.num_gpus(); ++g) ThrowIfEventError(g, 0, node_.nics_per_gpu());
     }
     ThrowIfRejected();
   }
@@ -102,10 +104,13 @@ class RandomFillClient {
   // The NICs' event queues, read every 100 ms (issue 23): an error there
   // (EFA: one of the provider's own operations failed) ends the client in
   // one line instead of its --timeout.
-  void ThrowIfEventError(size_t gpu, size_t first, size_t count, Clock::time_point* next) {
+  static bool EventCheckDue(Clock::time_point* next) {
     auto now = Clock::now();
-    if (now < *next) return;
+    if (now < *next) return false;
     *next = now + std::chrono::milliseconds(100);
+    return true;
+  }
+  void ThrowIfEventError(size_t gpu, size_t first, size_t count) {
     for (size_t n = first; n < first + count; ++n) {
       std::string error = Recovery::TakeEventError(node_.net(gpu, n));
       if (!error.empty()) throw RuntimeError("a NIC reported an error: " + error);
@@ -177,8 +182,10 @@ class RandomFillClient {
                       std::chrono::microseconds(std::min(1000, 50 * (idle_sweeps - 64))));
                 }
               }
-              for (size_t gg = g; gg < g + groups_per_thread; ++gg) {
-                ThrowIfEventError(gg, first, nics_per_thread, &next_event_check);
+              if (EventCheckDue(&next_event_check)) {
+                for (size_t gg = g; gg < g + groups_per_thread; ++gg) {
+                  ThrowIfEventError(gg, first, nics_per_thread);
+                }
               }
               auto now = Clock::now();
               if (notices_.load(std::memory_order_relaxed) >= expected ||

@@ -55,20 +55,28 @@ class EqErrorsTest(unittest.TestCase):
     def setUp(self):
         self.workdir = tempfile.mkdtemp(prefix="eq_errors_")
         self.trigger = os.path.join(self.workdir, "server-eq-error")
-        self.log = os.path.join(self.workdir, "server.log")
-        self.address_file = os.path.join(self.workdir, "address")
+        self.server = None
+        self.start_server("3")
+
+    def start_server(self, repeat):
+        self.stop_server()
+        self.log = os.path.join(self.workdir, f"server-{repeat}.log")
+        self.address_file = os.path.join(self.workdir, f"address-{repeat}")
         env = dict(os.environ, SIMNIC_EQ_ERROR=self.trigger)
         with open(self.log, "w") as out:
             self.server = subprocess.Popen(
-                [binary("server"), "--repeat", "3", "--address-file", self.address_file] + LAYOUT,
-                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, env=env,
+                [binary("server"), "--repeat", repeat, "--address-file", self.address_file] +
+                LAYOUT, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
         if not wait_for(lambda: "Waiting for a client" in read(self.log), 60):
             self.server.kill()
             self.fail("server did not start:\n" + read(self.log)[-2000:])
 
     def tearDown(self):
-        if self.server.poll() is None:
+        self.stop_server()
+
+    def stop_server(self):
+        if self.server is not None and self.server.poll() is None:
             self.server.send_signal(signal.SIGINT)
             try:
                 self.server.wait(30)
@@ -76,13 +84,22 @@ class EqErrorsTest(unittest.TestCase):
                 self.server.kill()
                 self.server.wait()
 
-    def client(self, tag, env=None, timeout=60):
+    def start_client(self, tag, env=None):
         log = os.path.join(self.workdir, f"client-{tag}.log")
         address = read(self.address_file).strip()
         with open(log, "w") as out:
-            p = subprocess.run([binary("client"), "--server", address] + LAYOUT + CLIENT,
-                               cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, **(env or {})), timeout=timeout)
+            p = subprocess.Popen([binary("client"), "--server", address] + LAYOUT + CLIENT,
+                                 cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, **(env or {})), start_new_session=True)
+        return p, log
+
+    def client(self, tag, env=None, timeout=90):
+        p, log = self.start_client(tag, env)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
         return p.returncode, read(log)
 
     def good_client(self, tag):
@@ -122,6 +139,26 @@ class EqErrorsTest(unittest.TestCase):
         self.assertIn("a NIC reported an error", errors[0])
         self.assertIn("injected event queue error", errors[0])
         self.good_client("next")
+
+    def test_an_error_while_the_client_waits_for_the_writes_ends_it_in_one_line(self):
+        self.start_server("3000")  # a transfer of several seconds (simnic's line rate)
+        trigger = os.path.join(self.workdir, "client-eq-error-waiting")
+        start = time.monotonic()
+        p, log = self.start_client("waiting", env={"SIMNIC_EQ_ERROR": trigger})
+        self.assertTrue(wait_for(lambda: "Sent RANDOM_FILL" in read(log), 60), read(log))
+        pathlib.Path(trigger).write_text("simnic1")  # the client's second NIC only
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            self.fail("the client did not notice the error:\n" + read(log)[-1500:])
+        self.assertEqual(p.returncode, 1, read(log)[-1500:])
+        self.assertLess(time.monotonic() - start, 90)
+        self.assertNotIn("every byte correct", read(log))
+        errors = [line for line in read(log).splitlines() if "error:" in line]
+        self.assertEqual(len(errors), 1, read(log)[-1500:])
+        self.assertIn("a NIC reported an error: simnic1", errors[0])
 
 
 if __name__ == "__main__":
