@@ -379,7 +379,7 @@ class RandomFillClient {
     if (!options_.result_json.empty()) {
       nlohmann::json r = ResultRecord(chapter_, "client");
       r["provider"] = node_.fabric().provider;
-      const DeviceRdma& rdma = node_.net(0, 0).device_rdma();
+      const DeviceRdma& rdma = DeviceRdmaOf(node_.net(0, 0));
       r["memory"] = MemoryLabel(MemoryKindName(node_.fabric().memory), rdma);
       r["device_rdma"] =
           rdma.device_rdma < 0 ? nlohmann::json() : nlohmann::json(rdma.device_rdma > 0);

@@ -401,13 +401,6 @@ ssize_t Network::PostToProvider(RdmaOp* op, uint64_t more_flag) {
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
   ssize_t ret = PostToProvider(op, more_flag);
   if (ret == -FI_EAGAIN) return ret;
-  if (ret < 0 && op->state == OpState::kDetached) {
-    // Recovery kept it to close a batch; nobody waits for it.
-    ++outstanding_;  // FreeOp counts it down again
-    --detached_;
-    FreeOp(op);
-    return ret;
-  }
   if (ret < 0) {
     // The caller hears of it as an error completion, at the next poll.
     const char* call = op->type == OpType::kWrite  ? "fi_writemsg"
@@ -419,15 +412,14 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
     failed_.push_back(op);
     return ret;
   }
-  if (op->state != OpState::kDetached) op->state = OpState::kPosted;
+  op->state = OpState::kPosted;
   if (op->type != OpType::kRecv) ++posted_transmits_;
   return 0;
 }
 
 void Network::ProgressPendingOps() {
   // The series posts until the provider refuses one; chapter 18 batches
-  // with FI_MORE (common/post_queue.h says how every batch is closed, and
-  // why only WRITEs to a peer that has answered may join one).
+  // with FI_MORE (common/post_queue.h says how every batch is closed).
   size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
   PostPendingQueue(
       pending_, options_.doorbell_batching, free_slots, batch_open_,
@@ -523,8 +515,9 @@ void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
     return;
   }
   if (op->type == OpType::kRecv) op->received = entry.len;
-  // The peer has answered: WRITEs to it may now join FI_MORE batches.
-  if (op->type == OpType::kWrite) confirmed_peers_.Confirm(op->write.peer);
+  // Chapter 18: the peer answered; WRITEs to it may carry FI_MORE now.
+  if (options_.doorbell_batching && op->type == OpType::kWrite)
+    confirmed_peers_.Confirm(op->write.peer);
   // Callbacks may post new operations; the op is given back after.
   Complete(op);
   FreeOp(op);

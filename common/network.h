@@ -208,8 +208,6 @@ class alignas(64) Network {
   const std::string& name() const { return name_; }
   const std::vector<uint8_t>& address() const { return address_; }
   const NetworkOptions& options() const { return options_; }
-  // efa: whether GPUDirect is required and WRITEs are the NIC's own.
-  const DeviceRdma& device_rdma() const { return device_rdma_; }
 
   MemoryRegion Register(const Buffer& buffer);
 
@@ -258,6 +256,7 @@ class alignas(64) Network {
 
  private:
   friend class Recovery;
+  friend const DeviceRdma& DeviceRdmaOf(const Network& net);
   static constexpr size_t kCqReadCount = 16;  // the series' fi_cq_read size
 
   void OpenEndpoint(const std::vector<uint8_t>* name);
@@ -328,5 +327,9 @@ class alignas(64) Network {
 
   CallMeter meter_;
 };
+
+// What an efa endpoint said about GPUDirect and its WRITEs when it opened
+// (common/device_rdma.h); not efa: nothing known.
+inline const DeviceRdma& DeviceRdmaOf(const Network& net) { return net.device_rdma_; }
 
 }  // namespace tutorial

@@ -179,7 +179,7 @@ void Node::PrintSummary(std::ostream& out) const {
                                                             : "other")
       << ", memory " << MemoryKindName(fabric_.memory) << ", " << groups_.size() << " group(s) x "
       << nics_per_gpu() << " NIC(s), " << buffers_per_gpu_ << " buffer(s) of " << buffer_size_
-      << " bytes per group" << networks_[0]->device_rdma().Summary() << "\n";
+      << " bytes per group" << DeviceRdmaOf(*networks_[0]).Summary() << "\n";
   std::string model = simulated_model();
   if (!model.empty()) out << "SIMULATED NICs, every number below is simulated: " << model << "\n";
   PrintGroups(out, groups_, nic_descriptions_);

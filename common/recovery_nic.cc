@@ -162,12 +162,16 @@ void Recovery::CancelQueuedTransmits(Network& net) {
 }
 
 size_t Recovery::DetachTransmits(Network& net) {
-  // The closer of an open batch stays queued, detached: the next poll
-  // still rings the doorbell for the WRITEs before it, so they complete
-  // and their contexts come back instead of waiting for a reset.
+  // The closer of an open batch stays queued, with nobody to call back:
+  // the next poll still rings the doorbell for the WRITEs before it, so
+  // they complete and their contexts come back.
   RdmaOp* closer = nullptr;
   for (RdmaOp* op : TakeQueuedTransmits(net.pending_, net.batch_open_, IsTransmit, &closer)) {
     net.FreeOp(op);
+  }
+  if (closer != nullptr) {
+    closer->callback = nullptr;
+    closer->handler = nullptr;
   }
   std::deque<RdmaOp*> failed;
   failed.swap(net.failed_);
@@ -179,8 +183,7 @@ size_t Recovery::DetachTransmits(Network& net) {
     }
   }
   for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
-    bool held = op->state == OpState::kPosted || (op == closer && op->state == OpState::kQueued);
-    if (!held || op->type == OpType::kRecv) continue;
+    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
     op->callback = nullptr;
     op->handler = nullptr;
     op->state = OpState::kDetached;

@@ -578,7 +578,7 @@ class RandomFillServer {
     if (outcome.ok) {
       ++served_;
       bool emulated = MemoryLabel(MemoryKindName(node_.fabric().memory),
-                                  node_.net(0, 0).device_rdma()) == "cuda-emulated";
+                                  DeviceRdmaOf(node_.net(0, 0))) == "cuda-emulated";
       std::printf(
           "Transfer done: %s in %.3f s, %.3f Gbps, %s Mops/s%s%s.\n",
           FormatBytes(outcome.stats.bytes).c_str(), outcome.stats.seconds, outcome.stats.gbps,
@@ -600,7 +600,7 @@ class RandomFillServer {
     nlohmann::json r = ResultRecord(chapter_, "server");
     r["provider"] = node_.fabric().provider;
     // GPU memory over emulated WRITEs is "cuda-emulated": never a GPU number.
-    const DeviceRdma& rdma = node_.net(0, 0).device_rdma();
+    const DeviceRdma& rdma = DeviceRdmaOf(node_.net(0, 0));
     r["memory"] = MemoryLabel(MemoryKindName(node_.fabric().memory), rdma);
     r["device_rdma"] =
         rdma.device_rdma < 0 ? nlohmann::json() : nlohmann::json(rdma.device_rdma > 0);
