@@ -53,12 +53,16 @@ OUTSIDE = [("DESIGN.md", re.compile(r"\bDESIGN\.md\b")),
 
 
 def outside_references(root):
-    """Lines of pages under docs/ and results/, and of tools, that name a file
+    """Lines of pages under docs/ and results/, and of the code, tests and tools, that name a file
     outside the repository: "path:line: names X". A name the repository
     itself holds (a DESIGN.md or a reference/p5 of its own) is allowed."""
     root = pathlib.Path(root)
     files = sorted(p for top in ("docs", "results") for p in (root / top).rglob("*.md"))
-    files += sorted(p for p in (root / "tools").rglob("*") if p.is_file())
+    files += sorted(p for top in ("tools", "tests", "common", "chapters", "simnic", ".ci")
+                    for p in (root / top).rglob("*") if p.is_file())
+    files += [p for p in (root / "README.md", root / "docs" / "BUILD.bazel") if p.is_file()]
+    # This test names the patterns it looks for.
+    files = [p for p in files if p.name != "docs_check_test.py"]
     held = {"DESIGN.md": any(p.name == "DESIGN.md" for top in ("docs", "results", "tools", ".")
                              for p in (root / top).glob("DESIGN.md")),
             "reference/p5": (root / "reference" / "p5").exists(),
@@ -83,18 +87,20 @@ class DocsCheckTest(unittest.TestCase):
     def test_a_citation_of_a_file_outside_is_caught(self):
         with tempfile.TemporaryDirectory() as tmp:
             root = pathlib.Path(tmp)
-            for part in ("docs", "results/x", "tools"):
+            for part in ("docs", "results/x", "tools", "tests"):
                 (root / part).mkdir(parents=True)
             (root / "docs" / "a.md").write_text("ok\nsee DESIGN.md, the ladder\n")
             (root / "results" / "x" / "README.md").write_text("(`reference/p5/fi_info.yaml`)\n")
             (root / "tools" / "t.py").write_text("# see ../shared/seeds\n")
+            (root / "tests" / "t.cc").write_text("// rules in /work/shared/x.md\n")
             self.assertEqual(outside_references(root),
                              ["docs/a.md:2: names DESIGN.md",
                               "results/x/README.md:1: names reference/p5",
+                              "tests/t.cc:1: names ../shared",
                               "tools/t.py:1: names ../shared"])
             # A DESIGN.md of the repository's own may be cited.
             (root / "DESIGN.md").write_text("# design\n")
-            self.assertEqual(len(outside_references(root)), 2)
+            self.assertEqual(len(outside_references(root)), 3)
 
     def test_pages_match_code_and_results(self):
         result = check(source_root())

@@ -1,4 +1,4 @@
-// EFA's rules that no loopback provider enforces (/work/shared/DESIGN.md),
+// EFA's rules that no loopback provider enforces (docs/running-on-p5.md),
 // pinned where our code makes the choice. Each test names the rule and
 // where libfabric's EFA provider states it (ofiwg/libfabric, v1.22-v2.6).
 #include <gtest/gtest.h>
@@ -61,7 +61,7 @@ TEST(EfaRulesTest, EfaHintsAskForRemotePeersOnlySoEfaOpensNoShm) {
   EXPECT_FALSE(shm->caps & (FI_REMOTE_COMM | FI_LOCAL_COMM));
 }
 
-// The registration modes EFA requires (DESIGN.md; efa_user_info.c), GPU
+// The registration modes EFA requires (efa_user_info.c), GPU
 // memory with FI_MR_HMEM, per-operation scratch space (FI_CONTEXT2 for
 // efa-direct), and the chapter's threading level.
 TEST(EfaRulesTest, HintsCarryEfaModesAndTheChaptersThreading) {
@@ -81,7 +81,7 @@ TEST(EfaRulesTest, HintsCarryEfaModesAndTheChaptersThreading) {
   EXPECT_EQ(cuda->domain_attr->threading, FI_THREAD_DOMAIN);
 }
 
-// The series and DESIGN.md: a remote write is told by the completion's
+// The series: a remote write is told by the completion's
 // flags; the efa fabric can leave a stale op_context in the entry.
 TEST(EfaRulesTest, RemoteWritesAreToldByFlagsNotByANullContext) {
   int stale = 0;
@@ -107,8 +107,8 @@ TEST(EfaRulesTest, RemoteWritesAreToldByFlagsNotByANullContext) {
   EXPECT_FALSE(IsRemoteWrite(receive));
 }
 
-// DESIGN.md, "Register with FI_SEND | FI_RECV as well as the RMA access
-// bits" (efa_mr.c maps them to the device's local access rights).
+// Register with FI_SEND | FI_RECV as well as the RMA access bits
+// (efa_mr.c maps them to the device's local access rights).
 TEST(EfaRulesTest, RegistrationsAllowMessagesAndRma) {
   uint64_t needed = FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE;
   EXPECT_EQ(kRegistrationAccess & needed, needed);

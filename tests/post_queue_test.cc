@@ -1,7 +1,7 @@
 // The pending queue's posting rules, with this test playing the provider:
 // no loopback provider refuses posts on demand or honours FI_MORE, so a
 // fake submit function stands in for fi_writemsg here (EFA's rules in
-// /work/shared/DESIGN.md; the real providers are exercised end to end).
+// docs/running-on-p5.md; the real providers are exercised end to end).
 #include "common/post_queue.h"
 
 #include <gtest/gtest.h>
