@@ -5,16 +5,21 @@ clients stopped with SIGINT and SIGKILL at a random moment of a random phase
 (connect, fill, warmup, writes, notices, verification), each followed by a
 good client that must be served and verified; a server stopped mid-transfer
 (its client: a one-line error, a non-zero exit); two and eight clients
-started at once (each verified, or a one-line error and a non-zero exit).
+started at once (each verified, or a one-line error and a non-zero exit);
+and (issue 24) clients with the default page size and count stopped at a
+plain random delay after their start, whatever they are doing then, each
+followed by a good client, and at the end two good clients back to back.
 After every round: the server still runs, nobody died of a signal of its
 own (SIGSEGV, SIGABRT...), no backtrace file (*.btr, written by a
 provider's signal handler) and no /dev/shm file of a process of ours that
 is gone.
 
 Bounded: DYING_PEERS_ROUNDS rounds per (provider, signal) (CI: 2; the
-issue's full run: 20, that is 80 rounds), every wait has a deadline. Seeds
-are printed; DYING_PEERS_SEED=<seed> replays a run. DYING_PEERS_CHAPTER picks
-the chapter (its binaries must be in the test's data).
+issue's full run: 20, that is 80 rounds), DYING_PEERS_RANDOM_ROUNDS rounds
+of random delays (CI: 2), every wait has a deadline. Seeds and delays are
+printed; DYING_PEERS_SEED=<seed> replays a run. DYING_PEERS_CHAPTER picks
+the chapter (its binaries must be in the test's data). The recorded run of
+many rounds is tools/dying_peers_rounds.py.
 """
 import glob
 import os
@@ -44,6 +49,13 @@ PHASES = ["connect", "fill", "warmup", "writes", "notices", "verification"]
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
 CLIENT = ["--page-size", "4096", "--pages", "256", "--connect-timeout", "30"]
 REPEAT = "300"
+# Random delays: the clients' default page size and count (64 KiB x 1000,
+# shm moves such pages by another protocol than 4 KiB ones), host memory,
+# default buffers; a short --repeat keeps a transfer near a second.
+RANDOM_ROUNDS = int(os.environ.get("DYING_PEERS_RANDOM_ROUNDS", "2"))
+RANDOM_LAYOUT = ["--memory", "host"]
+RANDOM_REPEAT = "4"
+RANDOM_DELAYS = (0.05, 2.0)  # seconds after the client's start
 GOOD_TIMEOUT = 120  # seconds a good client may take, machine loaded or not
 
 
@@ -76,14 +88,14 @@ def died_of_own_signal(returncode, sent=None):
 
 
 class Server:
-    def __init__(self, workdir, provider, tag, repeat=REPEAT):
+    def __init__(self, workdir, provider, tag, repeat=REPEAT, layout=LAYOUT):
         self.workdir = workdir
         self.log = os.path.join(workdir, f"server-{tag}.log")
         self.address_file = os.path.join(workdir, f"address-{tag}")
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(
                 [binary("server"), "--provider", provider, "--repeat", repeat, "--address-file",
-                 self.address_file] + LAYOUT, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
+                 self.address_file] + layout, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
         if not wait_for(lambda: self.count("Waiting for a client") > 0, 60, 0.05):
             self.process.kill()
             raise AssertionError("server did not start:\n" + read(self.log)[-2000:])
@@ -115,18 +127,18 @@ class DyingPeersTest(unittest.TestCase):
         self.workdir = tempfile.mkdtemp(prefix="dying_peers_")
         self.pids = []  # every process we started: their /dev/shm files are ours
 
-    def client(self, server, provider, tag, timeout=GOOD_TIMEOUT):
+    def client(self, server, provider, tag, timeout=GOOD_TIMEOUT, flags=LAYOUT + CLIENT):
         log = os.path.join(self.workdir, f"client-{tag}.log")
         err = os.path.join(self.workdir, f"client-{tag}.err")
         with open(log, "w") as out, open(err, "w") as errors:
             p = subprocess.Popen([binary("client"), "--provider", provider, "--server",
-                                  server.address(), "--timeout", str(timeout)] + LAYOUT + CLIENT,
+                                  server.address(), "--timeout", str(timeout)] + flags,
                                  cwd=self.workdir, stdout=out, stderr=errors)
         self.pids.append(p.pid)
         return p, log, err
 
-    def good_client(self, server, provider, tag):
-        p, log, err = self.client(server, provider, tag)
+    def good_client(self, server, provider, tag, flags=LAYOUT + CLIENT):
+        p, log, err = self.client(server, provider, tag, flags=flags)
         try:
             p.wait(GOOD_TIMEOUT + 30)
         except subprocess.TimeoutExpired:
@@ -197,6 +209,47 @@ class DyingPeersTest(unittest.TestCase):
                                           f"{tag}: the server died\n" + read(server.log)[-3000:])
                         self.good_client(server, provider, tag + "-good")
                         self.check_clean(tag)
+            finally:
+                code = server.stop()
+            self.assertFalse(died_of_own_signal(code, signal.SIGINT), read(server.log)[-3000:])
+            self.check_clean(provider)
+
+    def test_clients_stopped_at_random_delays(self):
+        """Issue 24: no phase is chosen; the client is stopped wherever it is."""
+        for provider in PROVIDERS:
+            server = Server(self.workdir, provider, f"{provider}-random", repeat=RANDOM_REPEAT,
+                            layout=RANDOM_LAYOUT)
+            self.pids.append(server.process.pid)
+            try:
+                for sig_name in ["SIGINT", "SIGKILL"]:
+                    sig = getattr(signal, sig_name)
+                    rnd = random.Random(f"{SEED}-{provider}-{sig_name}-random")
+                    for r in range(RANDOM_ROUNDS):
+                        delay = rnd.uniform(*RANDOM_DELAYS)
+                        tag = f"{provider}-{sig_name}-random-{r}"
+                        print(f"  {tag}: stopped {delay:.3f} s after its start", flush=True)
+                        p, log, err = self.client(server, provider, tag, flags=RANDOM_LAYOUT)
+                        if not wait_for(lambda: p.poll() is not None, delay, 0.005):
+                            p.send_signal(sig)
+                        try:
+                            p.wait(60)
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+                            p.wait()
+                            self.fail(f"{tag}: the client did not end within 60 s of {sig_name}")
+                        self.assertFalse(died_of_own_signal(p.returncode, sig),
+                                         f"{tag}: client died of signal {-p.returncode}\n" +
+                                         read(log)[-1500:] + read(err))
+                        # No wait for the server: a good client that comes while
+                        # it is still busy with the stopped one must be served.
+                        self.assertIsNone(server.process.poll(),
+                                          f"{tag}: the server died\n" + read(server.log)[-3000:])
+                        self.good_client(server, provider, tag + "-good", flags=RANDOM_LAYOUT)
+                        self.check_clean(tag)
+                # Two transfers that both succeed, one after the other.
+                self.good_client(server, provider, f"{provider}-random-back-to-back",
+                                 flags=RANDOM_LAYOUT)
+                self.check_clean(f"{provider} back to back")
             finally:
                 code = server.stop()
             self.assertFalse(died_of_own_signal(code, signal.SIGINT), read(server.log)[-3000:])
