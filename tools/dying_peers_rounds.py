@@ -412,7 +412,7 @@ class Run:
             if g["server_deaths"]:
                 failures.append(f"{name}: server died in {g['server_deaths']} round(s)")
             if g["client_deaths"]:
-                failures.append(f"{name}: {g['client_deaths']} client(s) died of a signal")
+                failures.append(f"{name}: {g['client_deaths']} client(s) crashed")
             if g["good_verified"] < g["rounds"]:
                 failures.append(f"{name}: {g['good_verified']}/{g['rounds']} good clients verified")
             if g["btr_files"]:
