@@ -61,7 +61,6 @@ class RandomFillClient {
     }
 
     RandomFillRequest request = MakeRequest();
-    ListenForReject();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
@@ -70,25 +69,67 @@ class RandomFillClient {
       }
     }
 
-    Send(server, Encode(MakeConnect()), "CONNECT");
-    auto start = Clock::now();
-    Send(server, Encode(request), "RANDOM_FILL");
-    std::printf(
-        "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
-        "the server's writes...\n",
-        request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
-        static_cast<unsigned long long>(request.seed));
-    std::fflush(stdout);
-
+    // A server that is busy with another client, or recovering from one,
+    // answers BUSY: we ask again, waiting longer each time, for as long as
+    // --timeout allows in all.
+    const auto run_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(options_.timeout));
+    constexpr double kFirstWait = 0.25, kLongestWait = 5.0;
+    double wait = kFirstWait;
     size_t expected = node_.num_gpus() * node_.nics_per_gpu();
-    WaitForNotices(expected, start + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(options_.timeout)));
+    Clock::time_point start;
+    for (int attempt = 1;; ++attempt) {
+      ListenForReply();
+      // A client stopped before it said anything sends nothing (shm would
+      // queue our name at the server: common/recovery.h, bug B).
+      if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
+      Send(server, Encode(MakeConnect()), "CONNECT");
+      start = Clock::now();
+      Send(server, Encode(request), "RANDOM_FILL");
+      std::printf(
+          "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
+          "the server's writes...\n",
+          request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
+          static_cast<unsigned long long>(request.seed));
+      std::fflush(stdout);
+      if (WaitForNotices(expected, run_deadline)) break;
+      double left = std::chrono::duration<double>(run_deadline - Clock::now()).count();
+      if (left <= 0) {
+        throw RuntimeError("the server stayed busy for the whole --timeout (" +
+                           FormatSeconds(options_.timeout) + " s): " + busy_reason_);
+      }
+      double pause = std::min(wait, left);
+      std::printf(
+          "The server is busy (%s): asking again in %.2f s (attempt %d; giving up after "
+          "--timeout %s s in all).\n",
+          busy_reason_.c_str(), pause, attempt + 1, FormatSeconds(options_.timeout).c_str());
+      std::fflush(stdout);
+      PauseWhilePolling(pause);
+      wait = std::min(wait * 2, kLongestWait);
+    }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("All %zu NIC(s) reported the last write after %.3f s.\n", expected, seconds);
     return Verify(request, seconds);
   }
 
  private:
+  static std::string FormatSeconds(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", seconds);
+    return text;
+  }
+
+  // Waits `seconds` while NIC 0 keeps progressing (a provider may need it
+  // to finish what it sent); a stop request ends the wait at once.
+  void PauseWhilePolling(double seconds) {
+    auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      PollAll();
+      if (StopRequested()) throw RuntimeError("interrupted while waiting for a busy server");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   // Polls every NIC (the server's writes need the target's progress on
   // some providers) and stops at once if the server rejected the request.
   void PollAll() {
@@ -137,7 +178,8 @@ class RandomFillClient {
   // do.) One thread per group is our default; a thread per NIC helps shm
   // with CUDA memory only when libfabric was built to copy on per-thread
   // streams (results/h200x2-shm-cuda).
-  void WaitForNotices(size_t expected, Clock::time_point deadline) {
+  // Returns false when the server answered BUSY instead.
+  bool WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
     std::mutex error_mutex;
     std::string error;
@@ -189,8 +231,8 @@ class RandomFillClient {
               }
               auto now = Clock::now();
               if (notices_.load(std::memory_order_relaxed) >= expected ||
-                  rejected_flag_.load(std::memory_order_acquire) || StopRequested() ||
-                  now > deadline) {
+                  rejected_flag_.load(std::memory_order_acquire) ||
+                  busy_flag_.load(std::memory_order_acquire) || StopRequested() || now > deadline) {
                 stop = true;
               } else if (reports && now >= next_liveness_check) {
                 // Where the provider's addresses name a process (shm), a
@@ -220,7 +262,8 @@ class RandomFillClient {
     for (auto& t : threads) t.join();
     ThrowIfRejected();
     if (!error.empty()) throw RuntimeError(error);
-    if (notices_ >= expected) return;
+    if (notices_ >= expected) return true;
+    if (busy_flag_.exchange(false)) return false;
     if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
     if (server_gone_) {
       RemoveFilesOfDeadPeers(nic0_, {server_address_});
@@ -240,11 +283,22 @@ class RandomFillClient {
                        " NICs reported); is the server still running?");
   }
 
-  void ListenForReject() {
+  // The server's answer, if any: a REJECT (which ends the run) or a BUSY
+  // (ask again later). One receive, posted again after each BUSY.
+  void ListenForReply() {
     nic0_.PostRecv(reply_buffer_.data(), reply_buffer_.size(), reply_region_.desc(),
                    [this](Network&, RdmaOp& op) {
                      if (!op.ok()) return;
                      const auto* data = static_cast<const uint8_t*>(reply_buffer_.data());
+                     try {
+                       if (PeekMessageType(data, op.received) == MessageType::kBusy) {
+                         busy_reason_ = DecodeBusy(data, op.received).reason;
+                         busy_flag_.store(true, std::memory_order_release);
+                         return;
+                       }
+                     } catch (const ProtocolError&) {
+                       // Not a BUSY: read as a REJECT below, which says why.
+                     }
                      try {
                        rejected_ = DecodeReject(data, op.received).reason;
                      } catch (const ProtocolError& e) {
@@ -408,6 +462,8 @@ class RandomFillClient {
   MemoryRegion reply_region_;
   std::string rejected_;                    // the server's reason, once a REJECT arrived...
   std::atomic<bool> rejected_flag_{false};  // ...published by this flag
+  std::string busy_reason_;                 // the last BUSY's reason...
+  std::atomic<bool> busy_flag_{false};      // ...published by this flag
   std::atomic<size_t> notices_{0};
   std::vector<uint8_t> server_address_;
   bool server_gone_ = false;              // written by the first polling thread, read after join
@@ -422,10 +478,10 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     ClientOptions options;
     if (!ParseClientOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
+    // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
+    std::optional<StopSignalsHeld> held(std::in_place);
     Node node(options, kBuffersPerGpu, options.buffer_size);
-    // Take Ctrl-C back from shm (its handler unlinks our files at once; see
-    // docs/provider-failures.md, point 3): our files go when the endpoints close.
-    InstallStopHandlers();
+    held.reset();
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;

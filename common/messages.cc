@@ -113,12 +113,33 @@ std::vector<uint8_t> Encode(const RandomFillRequest& m) {
   return w.Finish(MessageType::kRandomFill);
 }
 
-std::vector<uint8_t> Encode(const RejectMessage& m) {
+namespace {
+std::vector<uint8_t> EncodeReason(const std::string& text, MessageType type) {
   ByteWriter w;
-  std::string reason = m.reason.substr(0, kMaxRejectReason);
+  std::string reason = text.substr(0, kMaxRejectReason);
   w.U16(static_cast<uint16_t>(reason.size()));
   w.Bytes(std::vector<uint8_t>(reason.begin(), reason.end()));
-  return w.Finish(MessageType::kReject);
+  return w.Finish(type);
+}
+
+std::string DecodeReason(const uint8_t* data, size_t length, MessageType type, const char* what) {
+  ByteReader r = OpenBody(data, length, type, what);
+  uint16_t len = r.U16();
+  if (len > kMaxRejectReason) throw ProtocolError(std::string(what) + ": reason too long");
+  std::vector<uint8_t> text = r.Bytes(len);
+  r.ExpectEnd();
+  std::string reason;
+  for (uint8_t c : text) reason.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+  return reason;
+}
+}  // namespace
+
+std::vector<uint8_t> Encode(const RejectMessage& m) {
+  return EncodeReason(m.reason, MessageType::kReject);
+}
+
+std::vector<uint8_t> Encode(const BusyMessage& m) {
+  return EncodeReason(m.reason, MessageType::kBusy);
 }
 
 MessageType PeekMessageType(const uint8_t* data, size_t length) {
@@ -136,7 +157,8 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
   }
   if (type != static_cast<uint32_t>(MessageType::kConnect) &&
       type != static_cast<uint32_t>(MessageType::kRandomFill) &&
-      type != static_cast<uint32_t>(MessageType::kReject)) {
+      type != static_cast<uint32_t>(MessageType::kReject) &&
+      type != static_cast<uint32_t>(MessageType::kBusy)) {
     throw ProtocolError("unknown message type " + std::to_string(type));
   }
   return static_cast<MessageType>(type);
@@ -199,14 +221,11 @@ RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
 }
 
 RejectMessage DecodeReject(const uint8_t* data, size_t length) {
-  ByteReader r = OpenBody(data, length, MessageType::kReject, "REJECT");
-  uint16_t len = r.U16();
-  if (len > kMaxRejectReason) throw ProtocolError("REJECT: reason too long");
-  std::vector<uint8_t> text = r.Bytes(len);
-  r.ExpectEnd();
-  RejectMessage m;
-  for (uint8_t c : text) m.reason.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
-  return m;
+  return RejectMessage{DecodeReason(data, length, MessageType::kReject, "REJECT")};
+}
+
+BusyMessage DecodeBusy(const uint8_t* data, size_t length) {
+  return BusyMessage{DecodeReason(data, length, MessageType::kBusy, "BUSY")};
 }
 
 void CheckConnectFitsServer(const ConnectMessage& c, const ServerLayout& s) {

@@ -11,6 +11,8 @@
 //            num_pages x u32 page index
 //   REJECT   u16 length, reason (UTF-8): the server's answer to a request it
 //            will not serve, so the client can say why instead of timing out
+//   BUSY     u16 length, reason: the server is serving another client or
+//            recovering; the client asks again later (same body as REJECT)
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
 #pragma once
@@ -22,7 +24,7 @@
 
 namespace tutorial {
 
-enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2, kReject = 3 };
+enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2, kReject = 3, kBusy = 4 };
 
 constexpr uint32_t kMessageMagic = 0x314C4652;  // "RFL1" read as little-endian bytes
 constexpr size_t kMessageHeaderSize = 12;
@@ -68,6 +70,11 @@ struct RejectMessage {
   std::string reason;
 };
 constexpr size_t kMaxRejectReason = 1024;
+// The server's answer to a CONNECT that arrives while it serves another
+// client or recovers: nothing is wrong with the request, ask again later.
+struct BusyMessage {
+  std::string reason;
+};
 // A REJECT that arrives during a transfer: the server gave it up and says
 // why (the reason follows this prefix), so the client need not wait for
 // its timeout.
@@ -76,6 +83,7 @@ constexpr char kTransferAbandonedReason[] = "transfer abandoned: ";
 std::vector<uint8_t> Encode(const ConnectMessage& message);
 std::vector<uint8_t> Encode(const RejectMessage& message);
 std::vector<uint8_t> Encode(const RandomFillRequest& message);
+std::vector<uint8_t> Encode(const BusyMessage& message);
 
 // Decoders check the header, every length against the bytes received, and
 // the message's own consistency. They throw ProtocolError in one line.
@@ -83,6 +91,7 @@ MessageType PeekMessageType(const uint8_t* data, size_t length);
 ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
 RejectMessage DecodeReject(const uint8_t* data, size_t length);
+BusyMessage DecodeBusy(const uint8_t* data, size_t length);
 
 // What the server is: its layout and buffer size.
 struct ServerLayout {

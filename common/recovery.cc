@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -72,8 +73,8 @@ bool DrainTransmits(Node& node, double seconds) {
   }
 }
 
-TransferWatch::TransferWatch(Node& node, double stall_seconds)
-    : node_(node), stall_seconds_(stall_seconds) {
+TransferWatch::TransferWatch(Node& node, double stall_seconds, std::vector<uint8_t> client)
+    : node_(node), stall_seconds_(stall_seconds), client_(std::move(client)) {
   ForEachNet([this](size_t, size_t, Network& net) {
     Recovery::OnOrphanError(net, [this](Network& failed, const std::string& error) {
       Abandon(failed.name() + " reported a failed write without naming it (" + error +
@@ -131,9 +132,20 @@ void TransferWatch::Watch() {
   std::vector<ProgressClock> stalled;
   ForEachNet([&stalled](size_t, size_t, Network&) { stalled.emplace_back(); });
   auto last_tick = Clock::now();
+  auto next_liveness_check = last_tick;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, std::chrono::milliseconds(50));
+    // shm names the client's process: a dead one is known at once. (tcp
+    // tells by failing the writes, which the writer sees; efa cannot tell,
+    // so only the stall below decides there.)
+    if (!client_.empty() && Clock::now() >= next_liveness_check) {
+      next_liveness_check = Clock::now() + std::chrono::milliseconds(200);
+      if (PeerKnownDead(node_.net(0, 0), client_)) {
+        Abandon("the client's process (" + std::to_string(PeerProcess(node_.net(0, 0), client_)) +
+                ") is gone");
+      }
+    }
     // The provider's asynchronous errors (EFA's internal operations).
     ForEachNet([this](size_t, size_t, Network& net) {
       std::string error = Recovery::TakeEventError(net);
@@ -155,11 +167,19 @@ void TransferWatch::Watch() {
       stall = std::min(stall, stalled[i++].seconds());
     });
     if (stall > stall_seconds_) {
-      char text[128];
+      // Only silence tells here: efa (and any provider without
+      // connections) reports nothing when a peer dies, and a peer that is
+      // alive but stopped looks the same.
+      const char* provider = node_.net(0, 0).info().fabric_attr->prov_name;
+      char text[320];
       std::snprintf(text, sizeof(text),
                     "no NIC completed anything for %.0f s: the client stopped responding or "
-                    "cannot be reached, or the NICs stalled",
-                    stall_seconds_);
+                    "cannot be reached, or the NICs stalled (%s gave no sign of a dead peer; "
+                    "%s)",
+                    stall_seconds_, provider,
+                    std::string(provider).find("efa") != std::string::npos
+                        ? "efa reports nothing when a peer dies, so the deadline decides"
+                        : "the deadline decides");
       Abandon(text);
     }
   }
@@ -216,6 +236,88 @@ void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<ui
       closedir(dir);
     }
   }
+}
+
+BusyAnswerer::BusyAnswerer(std::function<size_t()> tend) : tend_(std::move(tend)) {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      lock.unlock();
+      size_t handled = 0;
+      try {
+        handled = tend_();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "server: warning: front door: %s\n", e.what());
+      }
+      lock.lock();
+      if (handled == 0) wake_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+  });
+}
+
+BusyAnswerer::~BusyAnswerer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void StaleFileSweeper::Sweep() {
+  // Long enough for any live peer to have read a name the dead process sent
+  // (ours poll their endpoints every millisecond or so, busy machine or not).
+  constexpr auto kDeadFor = std::chrono::seconds(3);
+  if (!IsShm(front_door_)) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_sweep_) return;
+  next_sweep_ = now + std::chrono::seconds(1);
+  std::map<std::string, std::chrono::steady_clock::time_point> still_dead;
+  const std::string uid = std::to_string(getuid());
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      // shm's names: "<pid>:<uid>:<index>", nothing else.
+      std::string name = entry->d_name;
+      char* end = nullptr;
+      long pid = std::strtol(name.c_str(), &end, 10);
+      if (end == name.c_str() || *end != ':' || pid <= 0 || pid == getpid()) continue;
+      std::string rest = end + 1;
+      if (rest.compare(0, uid.size() + 1, uid + ":") != 0) continue;
+      std::string index = rest.substr(uid.size() + 1);
+      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+      auto seen = seen_dead_.find(name);
+      auto since = seen != seen_dead_.end() ? seen->second : now;
+      if (now - since >= kDeadFor) {
+        shm_unlink(name.c_str());
+      } else {
+        still_dead.emplace(name, since);
+      }
+    }
+    closedir(dir);
+  }
+  seen_dead_.swap(still_dead);
+}
+
+namespace {
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  return signals;
+}
+}  // namespace
+
+StopSignalsHeld::StopSignalsHeld() {
+  sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+StopSignalsHeld::~StopSignalsHeld() {
+  InstallStopHandlers();
+  sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
 }
 
 void TakeBackAddressAfterRestart(Network& front_door) {

@@ -9,11 +9,34 @@
 //
 // What libfabric 1.17's shm leaves behind when a peer dies, and so why each
 // guard here exists (points 1-4): docs/provider-failures.md.
+//
+// Two shm bugs crash a process from inside libfabric (both a NULL peer
+// region, `ep->region->map->peers[i].region`; details and history in
+// docs/provider-failures.md, points 5 and 6):
+//  A. smr_progress_iov() (1.17 smr_progress.c:346; 2.1 :315): a command
+//     carrying a stale peer id. smr_av_remove() never resets the endpoint's
+//     own `addr.id` of the slot, the next fi_av_insert reuses the slot (1.17
+//     at once, 2.x after 256 inserts) and smr_verify_peer() skips the name
+//     exchange. Guard: fi_av_remove is never followed by an insert on one
+//     data endpoint: every transfer ends with fresh endpoints
+//     (RebuildNetworks).
+//  B. smr_progress_connreq() (1.17 smr_progress.c:773; 2.x returns early but
+//     never answers the sender): a queued name ("connreq") whose sender's
+//     /dev/shm file is gone (smr_map_add() turns ENOENT into success with a
+//     NULL region). Guards: SIGINT/SIGTERM held while endpoints open
+//     (StopSignalsHeld; shm's own handler unlinks the files at once), a
+//     client stopped before CONNECT sends nothing, the front door answered
+//     all the time (BusyAnswerer), and a dead process's files removed only
+//     once every name it sent was taken (StaleFileSweeper).
+// Should either still fire, CrashGuard names it and the process comes back.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -43,7 +66,9 @@ bool DrainTransmits(Node& node, double seconds);
 // writer learns it through the flag (WriteJob::Interrupted()).
 class TransferWatch {
  public:
-  TransferWatch(Node& node, double stall_seconds);
+  // `client`: the client's NIC 0 address; where the provider's addresses
+  // name a process (shm), a client whose process is gone is known at once.
+  TransferWatch(Node& node, double stall_seconds, std::vector<uint8_t> client = {});
   ~TransferWatch() { Stop(); }
   TransferWatch(const TransferWatch&) = delete;
   TransferWatch& operator=(const TransferWatch&) = delete;
@@ -64,6 +89,7 @@ class TransferWatch {
 
   Node& node_;
   double stall_seconds_;
+  std::vector<uint8_t> client_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -98,6 +124,57 @@ bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
 // of `peers` that are gone (one killed with SIGKILL leaves them). Other
 // providers keep no files.
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers);
+
+// Runs `tend` over and over on a thread of its own until destroyed,
+// pausing a millisecond whenever it handled nothing: the server's front
+// door stays answered (BUSY) while the main loop transfers or recovers
+// (bug B: a client whose name waits unread gives up, its file goes, and
+// 1.17 crashes at the read). `tend` must be the only user of what it polls.
+class BusyAnswerer {
+ public:
+  explicit BusyAnswerer(std::function<size_t()> tend);
+  ~BusyAnswerer();
+  BusyAnswerer(const BusyAnswerer&) = delete;
+  BusyAnswerer& operator=(const BusyAnswerer&) = delete;
+
+ private:
+  std::function<size_t()> tend_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// shm: removes the /dev/shm files of processes of this user that died
+// (SIGKILL leaves them), including clients killed before they said who they
+// are. Only safe once every name such a process sent was taken (bug B): call
+// Sweep() right after a poll of the front door; a file is removed only when
+// its process has been seen dead for a few seconds, long enough for any
+// live peer that polls (ours always do) to have read the name. Sweeps at
+// most once a second; does nothing for other providers.
+class StaleFileSweeper {
+ public:
+  explicit StaleFileSweeper(const Network& front_door) : front_door_(front_door) {}
+  void Sweep();
+
+ private:
+  const Network& front_door_;
+  std::chrono::steady_clock::time_point next_sweep_{};
+  std::map<std::string, std::chrono::steady_clock::time_point> seen_dead_;
+};
+
+// Holds SIGINT and SIGTERM while alive (construct it before any thread
+// starts, around the code that opens endpoints): shm installs its own
+// handler at its first endpoint, which unlinks our files at once (bug B).
+// On destruction our handlers take the signals back, then a pending one is
+// delivered to them.
+class StopSignalsHeld {
+ public:
+  StopSignalsHeld();
+  ~StopSignalsHeld();
+  StopSignalsHeld(const StopSignalsHeld&) = delete;
+  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
+};
 
 // A server restarted in place by its watchdog finds its front door's old
 // address in its environment and takes it back where the provider allows

@@ -186,21 +186,22 @@ class RandomFillServer {
       // Between clients nothing is timed: after a while without a message
       // the wait sleeps a little between polls instead of keeping a core
       // busy (a reply then comes at most a fraction of a millisecond late).
-      if (front_door_.PollCompletion() > 0 || !mailbox_.empty()) {
+      if (front_door_.PollCompletion() > 0 || MailboxWaiting()) {
         idle_polls = 0;
       } else if (++idle_polls > kBusyIdlePolls) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+        sweeper_.Sweep();  // after a poll: every name sent to us was taken
       }
-      while (!mailbox_.empty() && !StopRequested()) {
-        std::vector<uint8_t> message = std::move(mailbox_.front());
-        mailbox_.pop_front();
-        std::optional<bool> served = HandleMessage(message);
+      while (!StopRequested()) {
+        std::optional<std::vector<uint8_t>> message = TakeMessage();
+        if (!message) break;
+        std::optional<bool> served = HandleMessage(*message);
         if (StopRequested()) break;
         if (served.has_value() && options_.once) return *served ? 0 : 1;
       }
     }
     std::printf("Stopping: %zu transfer(s) served, %zu failed, %zu message(s) dropped.\n", served_,
-                failed_, dropped_);
+                failed_, dropped_.load());
     DrainTransmits(node_, kDrainSeconds);
     return 0;
   }
@@ -219,6 +220,40 @@ class RandomFillServer {
     }
   }
 
+  bool MailboxWaiting() {
+    std::lock_guard<std::mutex> lock(mailbox_mutex_);
+    return !mailbox_.empty();
+  }
+
+  std::optional<std::vector<uint8_t>> TakeMessage() {
+    std::lock_guard<std::mutex> lock(mailbox_mutex_);
+    if (mailbox_.empty()) return std::nullopt;
+    std::vector<uint8_t> message = std::move(mailbox_.front());
+    mailbox_.pop_front();
+    return message;
+  }
+
+  // While a transfer runs or the server recovers from one, the front door
+  // is still answered, from a thread of its own (common/recovery.h, bug B):
+  // a CONNECT hears BUSY and its client asks again later; the RANDOM_FILL
+  // that follows it is dropped without a word. `what` is what keeps the
+  // server busy, for the client's line.
+  void AnswerWhileBusy(const std::vector<uint8_t>& message, const std::string& what) {
+    try {
+      MessageType type = PeekMessageType(message.data(), message.size());
+      if (type == MessageType::kRandomFill) return;  // its CONNECT heard BUSY
+      if (type != MessageType::kConnect) throw ProtocolError("unexpected message while busy");
+      ConnectMessage connect = DecodeConnect(message.data(), message.size());
+      std::string note = SendReply(connect.nic_addresses[0], Encode(BusyMessage{what}), false);
+      std::printf("A client arrived while the server was %s: told it to wait (BUSY)%s.\n",
+                  what.c_str(), note.c_str());
+      std::fflush(stdout);
+    } catch (const ProtocolError& e) {
+      ++dropped_;
+      std::fprintf(stderr, "server: dropped a message: %s\n", e.what());
+    }
+  }
+
   void PostReceives() {
     for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
   }
@@ -227,6 +262,7 @@ class RandomFillServer {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
     front_door_.PostRecv(buf, kMaxMessageSize, receive_region_.desc(),
                          [this, slot, buf](Network&, RdmaOp& op) {
+                           std::unique_lock<std::mutex> lock(mailbox_mutex_);
                            if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
                              mailbox_.emplace_back(buf, buf + op.received);
                            } else if (op.ok()) {
@@ -268,8 +304,8 @@ class RandomFillServer {
                     connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
         return std::nullopt;
       }
-      if (type == MessageType::kReject) {
-        throw ProtocolError("unexpected REJECT message (only the server sends those)");
+      if (type == MessageType::kReject || type == MessageType::kBusy) {
+        throw ProtocolError("unexpected REJECT or BUSY message (only the server sends those)");
       }
       // A RANDOM_FILL, good or bad, ends the CONNECT before it.
       if (connect_) {
@@ -426,12 +462,19 @@ class RandomFillServer {
                          bool while_stopping = false) {
     const std::vector<uint8_t>& address = client.nic_addresses[0];
     if (IsOwnAddress(address)) return "; no REJECT sent: the sender named this server";
-    std::vector<uint8_t> message = Encode(RejectMessage{reason});
+    return SendReply(address, Encode(RejectMessage{reason}), while_stopping);
+  }
+
+  // Sends `message` (a REJECT or a BUSY) to a client's NIC 0 through the
+  // front door and waits up to 2 s for it to go out.
+  std::string SendReply(const std::vector<uint8_t>& address, const std::vector<uint8_t>& message,
+                        bool while_stopping) {
+    if (address == front_door_.address()) return "; no reply sent: the sender named this server";
     fi_addr_t peer;
     try {
       peer = front_door_.AddPeer(address);
     } catch (const RuntimeError& e) {
-      return std::string("; no REJECT sent: ") + e.what();
+      return std::string("; no reply sent: ") + e.what();
     }
     reply_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
@@ -447,7 +490,7 @@ class RandomFillServer {
       Recovery::CancelQueuedTransmits(front_door_);
       front_door_.PollCompletion();
       if (!done) Recovery::DetachTransmits(front_door_);
-      note = "; the REJECT was not taken within 2 s";
+      note = "; the reply was not taken within 2 s";
     }
     front_door_.RemovePeer(peer);
     return note;
@@ -527,11 +570,20 @@ class RandomFillServer {
     // A client killed after its transfer ended (while it verified) leaves
     // its shm files; they go at the next client's start, or at the end.
     SweepPastClients(connect);
+    std::optional<BusyAnswerer> busy(std::in_place, [this] {
+      size_t handled = front_door_.PollCompletion();
+      while (std::optional<std::vector<uint8_t>> message = TakeMessage()) {
+        AnswerWhileBusy(*message, "serving another client");
+        ++handled;
+      }
+      if (handled == 0) sweeper_.Sweep();
+      return handled;
+    });
     FillBuffers(request);
 
     WriteOutcome outcome;
     {
-      TransferWatch watch(node_, kStallSeconds);
+      TransferWatch watch(node_, kStallSeconds, connect.nic_addresses[0]);
       uint64_t total =
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
@@ -564,8 +616,12 @@ class RandomFillServer {
     }
     if (!outcome.ok) DrainTransmits(node_, kDrainSeconds);
     RemovePeers(peers);
-    std::string repaired;
-    if (!outcome.ok) repaired = Recover(/*always=*/true);
+    // Every transfer ends with fresh data endpoints, not only a failed one
+    // (common/recovery.h, bug A): no removed peer's slot is ever reused.
+    std::string repaired = RebuildNetworks(node_);
+    if (outcome.ok) repaired.clear();
+    busy.reset();  // the front door is ours again
+    repaired += Recover(/*always=*/false);
     // A client that is still there hears why at once (it listens for a
     // REJECT throughout), instead of waiting for its --timeout; also when
     // this server is stopping. A client known to be dead is not asked.
@@ -674,11 +730,13 @@ class RandomFillServer {
   MemoryRegion receive_region_;
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
+  std::mutex mailbox_mutex_;  // the mailbox is filled by whoever polls the front door
   std::deque<std::vector<uint8_t>> mailbox_;
   std::optional<ConnectMessage> connect_;
   size_t served_ = 0;
   size_t failed_ = 0;
-  size_t dropped_ = 0;
+  std::atomic<size_t> dropped_{0};
+  StaleFileSweeper sweeper_{front_door_};
   std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses
 };
 
@@ -691,10 +749,10 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
+    // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
+    std::optional<StopSignalsHeld> held(std::in_place);
     Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
-    // Take Ctrl-C back from shm (its handler unlinks our files at once; see
-    // docs/provider-failures.md, point 3): our files go when the endpoints close.
-    InstallStopHandlers();
+    held.reset();
     node.PrintSummary(std::cout);
     std::cout.flush();
     if (options.print_topology) return 0;
