@@ -478,6 +478,7 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     ClientOptions options;
     if (!ParseClientOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
+    InstallCrashGuard(program.c_str());
     // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
     std::optional<StopSignalsHeld> held(std::in_place);
     Node node(options, kBuffersPerGpu, options.buffer_size);

@@ -176,6 +176,18 @@ class StopSignalsHeld {
   StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
 };
 
+// Defence in depth for bugs A and B: a SIGSEGV or SIGBUS whose faulting
+// instruction lies inside libfabric ends with one line naming the library,
+// the offset and the known shm bugs, instead of a backtrace file (Debian's
+// libfabric loads libinfinipath, whose handler writes *.btr files into the
+// working directory and exits 1; ours replaces it). A server armed with
+// ArmCrashRestart() then restarts in place as its watchdog does
+// (common/shutdown.h); anything else exits 1. A fault elsewhere is ours:
+// the default action runs (a core dump). Call at the start of main, before
+// any endpoint opens (shm's own handler then runs first and calls ours).
+void InstallCrashGuard(const char* program);
+void ArmCrashRestart(const std::vector<std::string>& argv, const std::string& address_hex);
+
 // A server restarted in place by its watchdog finds its front door's old
 // address in its environment and takes it back where the provider allows
 // (tcp); shm's name is made of the process id, which execve keeps.

@@ -749,6 +749,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
+    InstallCrashGuard(program.c_str());
     // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
     std::optional<StopSignalsHeld> held(std::in_place);
     Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
@@ -771,6 +772,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     StuckPolicy policy;
     if (!options.once) policy.restart_argv.assign(argv, argv + argc);
     policy.address_hex = ToHex(front_door.address());
+    ArmCrashRestart(policy.restart_argv, policy.address_hex);
     ProviderWatchdog watchdog(program, nets, kStuckSeconds, policy);
     RandomFillServer server(options, chapter, node, front_door, run_writer);
     return server.Run();

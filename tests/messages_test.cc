@@ -163,6 +163,13 @@ TEST(MessagesTest, RequestsThatDoNotFitAreRejected) {
   EXPECT_THROW(CheckRequestFits(r, c, SampleServer()), ProtocolError);
 }
 
+TEST(MessagesTest, BusyRoundTripAndIsNotAReject) {
+  std::vector<uint8_t> bytes = Encode(BusyMessage{"serving another client"});
+  EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kBusy);
+  EXPECT_EQ(DecodeBusy(bytes.data(), bytes.size()).reason, "serving another client");
+  EXPECT_THROW(DecodeReject(bytes.data(), bytes.size()), ProtocolError);
+}
+
 TEST(MessagesTest, RejectRoundTripAndSanitising) {
   std::vector<uint8_t> bytes = Encode(RejectMessage{"too big\n\x01"});
   EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kReject);
