@@ -53,7 +53,7 @@ class RandomFillClient {
   int Run() {
     server_address_ = FromHex(options_.server);
     const std::vector<uint8_t>& server_address = server_address_;
-    fi_addr_t server;
+    fi_addr_t& server = server_;
     try {
       server = nic0_.AddPeer(server_address);
     } catch (const RuntimeError& e) {
@@ -61,6 +61,7 @@ class RandomFillClient {
     }
 
     RandomFillRequest request = MakeRequest();
+    remote_context_ = request.remote_context;
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
@@ -264,7 +265,10 @@ class RandomFillClient {
     if (!error.empty()) throw RuntimeError(error);
     if (notices_ >= expected) return true;
     if (busy_flag_.exchange(false)) return false;
-    if (StopRequested()) throw RuntimeError("interrupted while waiting for the server");
+    if (StopRequested()) {
+      SayWeAreLeaving();
+      throw RuntimeError("interrupted while waiting for the server");
+    }
     if (server_gone_) {
       RemoveFilesOfDeadPeers(nic0_, {server_address_});
       throw RuntimeError(
@@ -383,6 +387,24 @@ class RandomFillClient {
     }
   }
 
+  // Stopped while the server writes: tell it (CANCEL), best effort and for
+  // a second at most, so it need not wait for its stall timeout; no
+  // provider tells a server that a client left (efa, tcp's clean close).
+  void SayWeAreLeaving() {
+    std::vector<uint8_t> message = Encode(CancelMessage{remote_context_});
+    send_buffer_.CopyFromHost(0, message.data(), message.size());
+    bool done = false;
+    try {
+      nic0_.PostSend(server_, send_buffer_.data(), message.size(), send_region_.desc(),
+                     [&done](Network&, RdmaOp&) { done = true; });
+      auto deadline = Clock::now() + std::chrono::seconds(1);
+      while (!done && Clock::now() < deadline) nic0_.PollCompletion();
+    } catch (const std::exception&) {
+      // Best effort: the server's own watch ends the transfer anyway.
+    }
+    if (!done) DrainOrAbandon();  // the callback points into this frame
+  }
+
   // Gives queued sends up and waits a moment for those in flight; whatever
   // the provider still holds is detached.
   void DrainOrAbandon() {
@@ -466,6 +488,8 @@ class RandomFillClient {
   std::atomic<bool> busy_flag_{false};      // ...published by this flag
   std::atomic<size_t> notices_{0};
   std::vector<uint8_t> server_address_;
+  fi_addr_t server_ = FI_ADDR_UNSPEC;
+  uint32_t remote_context_ = 0;
   bool server_gone_ = false;              // written by the first polling thread, read after join
   Clock::time_point next_event_check_{};  // PollAll's reading of the event queues
 };

@@ -138,6 +138,12 @@ std::vector<uint8_t> Encode(const RejectMessage& m) {
   return EncodeReason(m.reason, MessageType::kReject);
 }
 
+std::vector<uint8_t> Encode(const CancelMessage& m) {
+  ByteWriter w;
+  w.U32(m.remote_context);
+  return w.Finish(MessageType::kCancel);
+}
+
 std::vector<uint8_t> Encode(const BusyMessage& m) {
   return EncodeReason(m.reason, MessageType::kBusy);
 }
@@ -158,7 +164,8 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
   if (type != static_cast<uint32_t>(MessageType::kConnect) &&
       type != static_cast<uint32_t>(MessageType::kRandomFill) &&
       type != static_cast<uint32_t>(MessageType::kReject) &&
-      type != static_cast<uint32_t>(MessageType::kBusy)) {
+      type != static_cast<uint32_t>(MessageType::kBusy) &&
+      type != static_cast<uint32_t>(MessageType::kCancel)) {
     throw ProtocolError("unknown message type " + std::to_string(type));
   }
   return static_cast<MessageType>(type);
@@ -222,6 +229,14 @@ RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
 
 RejectMessage DecodeReject(const uint8_t* data, size_t length) {
   return RejectMessage{DecodeReason(data, length, MessageType::kReject, "REJECT")};
+}
+
+CancelMessage DecodeCancel(const uint8_t* data, size_t length) {
+  ByteReader r = OpenBody(data, length, MessageType::kCancel, "CANCEL");
+  CancelMessage m;
+  m.remote_context = r.U32();
+  r.ExpectEnd();
+  return m;
 }
 
 BusyMessage DecodeBusy(const uint8_t* data, size_t length) {

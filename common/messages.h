@@ -13,6 +13,9 @@
 //            will not serve, so the client can say why instead of timing out
 //   BUSY     u16 length, reason: the server is serving another client or
 //            recovering; the client asks again later (same body as REJECT)
+//   CANCEL   u32 remote_context: a client stopped while its transfer runs
+//            says so, and the server ends that transfer at once instead of
+//            waiting for its stall timeout (no provider tells it otherwise)
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
 #pragma once
@@ -24,7 +27,13 @@
 
 namespace tutorial {
 
-enum class MessageType : uint32_t { kConnect = 1, kRandomFill = 2, kReject = 3, kBusy = 4 };
+enum class MessageType : uint32_t {
+  kConnect = 1,
+  kRandomFill = 2,
+  kReject = 3,
+  kBusy = 4,
+  kCancel = 5
+};
 
 constexpr uint32_t kMessageMagic = 0x314C4652;  // "RFL1" read as little-endian bytes
 constexpr size_t kMessageHeaderSize = 12;
@@ -70,6 +79,9 @@ struct RejectMessage {
   std::string reason;
 };
 constexpr size_t kMaxRejectReason = 1024;
+struct CancelMessage {
+  uint32_t remote_context = 0;
+};
 // The server's answer to a CONNECT that arrives while it serves another
 // client or recovers: nothing is wrong with the request, ask again later.
 struct BusyMessage {
@@ -84,6 +96,7 @@ std::vector<uint8_t> Encode(const ConnectMessage& message);
 std::vector<uint8_t> Encode(const RejectMessage& message);
 std::vector<uint8_t> Encode(const RandomFillRequest& message);
 std::vector<uint8_t> Encode(const BusyMessage& message);
+std::vector<uint8_t> Encode(const CancelMessage& message);
 
 // Decoders check the header, every length against the bytes received, and
 // the message's own consistency. They throw ProtocolError in one line.
@@ -92,6 +105,7 @@ ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
 RejectMessage DecodeReject(const uint8_t* data, size_t length);
 BusyMessage DecodeBusy(const uint8_t* data, size_t length);
+CancelMessage DecodeCancel(const uint8_t* data, size_t length);
 
 // What the server is: its layout and buffer size.
 struct ServerLayout {

@@ -76,6 +76,9 @@ class TransferWatch {
   // Ends the watch; call once the writer's threads are gone.
   void Stop();
 
+  // Ends the transfer from outside (the first reason given wins).
+  void Abandon(const std::string& reason);
+
   const std::atomic<bool>* flag() const { return &abandoned_; }
   bool abandoned() const { return abandoned_.load(std::memory_order_acquire); }
   std::string reason() const;
@@ -84,7 +87,6 @@ class TransferWatch {
   template <typename F>
   void ForEachNet(F&& f);
   uint64_t Completions();
-  void Abandon(const std::string& reason);
   void Watch();
 
   Node& node_;

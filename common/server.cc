@@ -242,6 +242,15 @@ class RandomFillServer {
     try {
       MessageType type = PeekMessageType(message.data(), message.size());
       if (type == MessageType::kRandomFill) return;  // its CONNECT heard BUSY
+      if (type == MessageType::kCancel) {
+        CancelMessage cancel = DecodeCancel(message.data(), message.size());
+        std::lock_guard<std::mutex> lock(watch_mutex_);
+        if (watch_ != nullptr && cancel.remote_context == serving_context_) {
+          client_left_ = true;
+          watch_->Abandon("the client was stopped and said so (CANCEL)");
+        }
+        return;
+      }
       if (type != MessageType::kConnect) throw ProtocolError("unexpected message while busy");
       ConnectMessage connect = DecodeConnect(message.data(), message.size());
       std::string note = SendReply(connect.nic_addresses[0], Encode(BusyMessage{what}), false);
@@ -304,6 +313,7 @@ class RandomFillServer {
                     connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
         return std::nullopt;
       }
+      if (type == MessageType::kCancel) return std::nullopt;  // a transfer already over
       if (type == MessageType::kReject || type == MessageType::kBusy) {
         throw ProtocolError("unexpected REJECT or BUSY message (only the server sends those)");
       }
@@ -584,6 +594,12 @@ class RandomFillServer {
     WriteOutcome outcome;
     {
       TransferWatch watch(node_, kStallSeconds, connect.nic_addresses[0]);
+      {
+        std::lock_guard<std::mutex> lock(watch_mutex_);
+        watch_ = &watch;
+        serving_context_ = request.remote_context;
+        client_left_ = false;
+      }
       uint64_t total =
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
@@ -605,6 +621,10 @@ class RandomFillServer {
         outcome.error = error;
       }
       watch.Stop();
+      {
+        std::lock_guard<std::mutex> lock(watch_mutex_);
+        watch_ = nullptr;
+      }
       // A writer told to stop says "interrupted"; say why instead.
       if (!outcome.ok && (outcome.error.empty() || outcome.error == "interrupted")) {
         if (watch.abandoned()) {
@@ -625,7 +645,7 @@ class RandomFillServer {
     // A client that is still there hears why at once (it listens for a
     // REJECT throughout), instead of waiting for its --timeout; also when
     // this server is stopping. A client known to be dead is not asked.
-    if (!outcome.ok && !PeerKnownDead(front_door_, connect.nic_addresses[0])) {
+    if (!outcome.ok && !client_left_ && !PeerKnownDead(front_door_, connect.nic_addresses[0])) {
       repaired += SendReject(connect, kTransferAbandonedReason + outcome.error,
                              /*while_stopping=*/true);
     }
@@ -730,6 +750,10 @@ class RandomFillServer {
   MemoryRegion receive_region_;
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
+  std::mutex watch_mutex_;  // the front door's thread ends a transfer a client left
+  TransferWatch* watch_ = nullptr;
+  uint32_t serving_context_ = 0;
+  bool client_left_ = false;
   std::mutex mailbox_mutex_;  // the mailbox is filled by whoever polls the front door
   std::deque<std::vector<uint8_t>> mailbox_;
   std::optional<ConnectMessage> connect_;
