@@ -241,7 +241,11 @@ class RandomFillServer {
   void AnswerWhileBusy(const std::vector<uint8_t>& message, const std::string& what) {
     try {
       MessageType type = PeekMessageType(message.data(), message.size());
-      if (type == MessageType::kRandomFill) return;  // its CONNECT heard BUSY
+      if (type == MessageType::kRandomFill) {
+        DecodeRandomFill(message.data(), message.size());
+        if (TakeBusyFill()) return;  // its CONNECT heard BUSY
+        throw ProtocolError("RANDOM_FILL before CONNECT");
+      }
       if (type == MessageType::kCancel) {
         CancelMessage cancel = DecodeCancel(message.data(), message.size());
         std::lock_guard<std::mutex> lock(watch_mutex_);
@@ -254,6 +258,7 @@ class RandomFillServer {
       if (type != MessageType::kConnect) throw ProtocolError("unexpected message while busy");
       ConnectMessage connect = DecodeConnect(message.data(), message.size());
       std::string note = SendReply(connect.nic_addresses[0], Encode(BusyMessage{what}), false);
+      ++busy_fills_;  // the RANDOM_FILL that follows it goes unanswered
       std::printf("A client arrived while the server was %s: told it to wait (BUSY)%s.\n",
                   what.c_str(), note.c_str());
       std::fflush(stdout);
@@ -261,6 +266,14 @@ class RandomFillServer {
       ++dropped_;
       std::fprintf(stderr, "server: dropped a message: %s\n", e.what());
     }
+  }
+
+  // Whether a RANDOM_FILL is the one that follows a CONNECT answered BUSY.
+  bool TakeBusyFill() {
+    size_t pending = busy_fills_.load();
+    while (pending > 0 && !busy_fills_.compare_exchange_weak(pending, pending - 1)) {
+    }
+    return pending > 0;
   }
 
   void PostReceives() {
@@ -323,6 +336,7 @@ class RandomFillServer {
         connect_.reset();
       }
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
+      if (!reply_to && TakeBusyFill()) return std::nullopt;  // its CONNECT heard BUSY
       if (!reply_to) throw ProtocolError("RANDOM_FILL before CONNECT");
       CheckRequestFits(request, *reply_to, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
@@ -580,10 +594,17 @@ class RandomFillServer {
     // A client killed after its transfer ended (while it verified) leaves
     // its shm files; they go at the next client's start, or at the end.
     SweepPastClients(connect);
+    // Until the transfer is over (or, when it failed, the server has
+    // recovered) a CONNECT hears BUSY; after that, messages wait for the
+    // main loop, which is back within milliseconds.
+    busy_what_ = "serving another client";
+    busy_ = true;
     std::optional<BusyAnswerer> busy(std::in_place, [this] {
       size_t handled = front_door_.PollCompletion();
-      while (std::optional<std::vector<uint8_t>> message = TakeMessage()) {
-        AnswerWhileBusy(*message, "serving another client");
+      while (busy_) {
+        std::optional<std::vector<uint8_t>> message = TakeMessage();
+        if (!message) break;
+        AnswerWhileBusy(*message, busy_what_.load());
         ++handled;
       }
       if (handled == 0) sweeper_.Sweep();
@@ -625,6 +646,8 @@ class RandomFillServer {
         std::lock_guard<std::mutex> lock(watch_mutex_);
         watch_ = nullptr;
       }
+      if (outcome.ok) busy_ = false;
+      busy_what_ = "recovering after a client it lost";
       // A writer told to stop says "interrupted"; say why instead.
       if (!outcome.ok && (outcome.error.empty() || outcome.error == "interrupted")) {
         if (watch.abandoned()) {
@@ -640,6 +663,7 @@ class RandomFillServer {
     // (common/recovery.h, bug A): no removed peer's slot is ever reused.
     std::string repaired = RebuildNetworks(node_);
     if (outcome.ok) repaired.clear();
+    busy_ = false;
     busy.reset();  // the front door is ours again
     repaired += Recover(/*always=*/false);
     // A client that is still there hears why at once (it listens for a
@@ -750,7 +774,10 @@ class RandomFillServer {
   MemoryRegion receive_region_;
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
-  std::mutex watch_mutex_;  // the front door's thread ends a transfer a client left
+  std::atomic<bool> busy_{false};           // CONNECTs hear BUSY...
+  std::atomic<const char*> busy_what_{""};  // ...and why
+  std::atomic<size_t> busy_fills_{0};       // RANDOM_FILLs of clients told BUSY, still to come
+  std::mutex watch_mutex_;                  // the front door's thread ends a transfer a client left
   TransferWatch* watch_ = nullptr;
   uint32_t serving_context_ = 0;
   bool client_left_ = false;
