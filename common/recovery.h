@@ -28,7 +28,14 @@
 //     client stopped before CONNECT sends nothing, the front door answered
 //     all the time (BusyAnswerer), and a dead process's files removed only
 //     once every name it sent was taken (StaleFileSweeper).
-// Should either still fire, CrashGuard names it and the process comes back.
+// Should either still fire, InstallCrashGuard's handler names both in one
+// line and the process comes back (a server restarts in place).
+//
+// A dead peer is known sooner than the 10 s stall where the provider can
+// tell: shm names the peer's process (PeerKnownDead, checked by
+// TransferWatch), tcp fails the writes of a connection the peer's kernel
+// reset, and a client stopped by SIGINT/SIGTERM says so (CANCEL). efa gives
+// no sign of a dead peer (no connections): there the stall decides.
 #pragma once
 
 #include <atomic>
