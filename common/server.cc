@@ -122,6 +122,7 @@ constexpr size_t kMaxWaitingMessages = 64;
 constexpr double kStallSeconds = 10.0;
 constexpr double kNoticeSeconds = 10.0;
 constexpr double kRejectSeconds = 2.0;
+constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -249,9 +250,9 @@ class RandomFillServer {
       if (type == MessageType::kCancel) {
         CancelMessage cancel = DecodeCancel(message.data(), message.size());
         std::lock_guard<std::mutex> lock(watch_mutex_);
-        if (watch_ != nullptr && cancel.remote_context == serving_context_) {
+        if (cancel.remote_context == serving_context_) {
           client_left_ = true;
-          watch_->Abandon("the client was stopped and said so (CANCEL)");
+          if (watch_ != nullptr) watch_->Abandon(kClientLeft);
         }
         return;
       }
@@ -599,6 +600,12 @@ class RandomFillServer {
     // main loop, which is back within milliseconds.
     busy_what_ = "serving another client";
     busy_ = true;
+    {
+      // A CANCEL may come before the transfer starts (while the buffers fill).
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      serving_context_ = request.remote_context;
+      client_left_ = false;
+    }
     std::optional<BusyAnswerer> busy(std::in_place, [this] {
       size_t handled = front_door_.PollCompletion();
       while (busy_) {
@@ -618,8 +625,7 @@ class RandomFillServer {
       {
         std::lock_guard<std::mutex> lock(watch_mutex_);
         watch_ = &watch;
-        serving_context_ = request.remote_context;
-        client_left_ = false;
+        if (client_left_) watch.Abandon(kClientLeft);
       }
       uint64_t total =
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
