@@ -276,7 +276,7 @@ BusyAnswerer::~BusyAnswerer() {
 void StaleFileSweeper::Sweep() {
   // Long enough for any live peer to have read a name the dead process sent
   // (ours poll their endpoints every millisecond or so, busy machine or not).
-  constexpr auto kDeadFor = std::chrono::seconds(3);
+  constexpr auto kDeadFor = std::chrono::seconds(1);
   if (!IsShm(front_door_)) return;
   auto now = std::chrono::steady_clock::now();
   if (now < next_sweep_) return;

@@ -158,7 +158,7 @@ class BusyAnswerer {
 // (SIGKILL leaves them), including clients killed before they said who they
 // are. Only safe once every name such a process sent was taken (bug B): call
 // Sweep() right after a poll of the front door; a file is removed only when
-// its process has been seen dead for a few seconds, long enough for any
+// its process has been seen dead for a second, long enough for any
 // live peer that polls (ours always do) to have read the name. Sweeps at
 // most once a second; does nothing for other providers.
 class StaleFileSweeper {
