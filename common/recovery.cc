@@ -332,7 +332,9 @@ StopSignalsHeld::~StopSignalsHeld() {
 namespace {
 // Built before any crash: a signal handler may not allocate.
 char crash_program[128];
-std::vector<std::string>* crash_restart_strings = nullptr;
+// The strings argv and envp point into; an object, not a pointer, so that
+// nothing reads as leaked (a pointer only written was optimised away).
+std::vector<std::string> crash_restart_strings;
 std::vector<char*>* crash_restart_argv = nullptr;
 std::vector<char*>* crash_restart_envp = nullptr;
 
@@ -395,7 +397,9 @@ void ArmCrashRestart(const std::vector<std::string>& argv, const std::string& ad
   int restarts = count != nullptr ? std::atoi(count) : 0;
   if (argv.empty() || restarts >= StuckPolicy::kMaxRestarts) return;
   // Kept for the life of the process: the handler may run at any time.
-  auto* strings = new std::vector<std::string>(argv);
+  if (crash_restart_argv != nullptr) return;  // armed once per process
+  std::vector<std::string>* strings = &crash_restart_strings;
+  *strings = argv;
   size_t args = strings->size();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string variable = *e;
@@ -414,7 +418,6 @@ void ArmCrashRestart(const std::vector<std::string>& argv, const std::string& ad
   }
   restart_argv->push_back(nullptr);
   restart_envp->push_back(nullptr);
-  crash_restart_strings = strings;
   crash_restart_envp = restart_envp;
   crash_restart_argv = restart_argv;
 }
