@@ -12,6 +12,8 @@ prints each run and the median per step.
 
   tools/build_laptop_bins.sh .devbin                        # here, with Bazel
   python3 tools/time_laptop_checks.py --bin-root .devbin --out /tmp/t --budget 120
+  python3 tools/time_laptop_checks.py --summarize /tmp/t --label "MACHINE" --commit ID
+                                                            # writes /tmp/t/results.md
 """
 import argparse
 import json
@@ -51,17 +53,72 @@ def checks(ex, d):
             "14.1": ex14, "16.1": plain("16.1"), "two_hosts": two_hosts}
 
 
+def summarize(folder, label, commit, command):
+    """Writes FOLDER/results.md from FOLDER/runs.jsonl: every run, the median per step."""
+    runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines() if line]
+    steps = {}
+    for run in runs:
+        steps.setdefault(run["step"], []).append(run)
+    cpus = sorted({run["cpus"] for run in runs})
+    rows = []
+    for step, its in steps.items():
+        good = [r["seconds"] for r in its if r["rc"] == 0 and r["verdict"]]
+        median = f"{statistics.median(good):.1f}" if good else "-"
+        # The two-hosts test's lines carry its namespaces' names (from its pid)
+        # and the run's rate and times: compared with those masked.
+        verdicts = sorted({re.sub(r"tut\d+|\d+\.\d+ (s|Gbps|Mops/s)\b|\d+\.\d+s", "#",
+                                  " / ".join(r["verdict"])) for r in its})
+        same = "the same verdict every run" if len(verdicts) == 1 else f"{len(verdicts)} verdicts"
+        seconds = ", ".join(f"{r['seconds']:.1f}" for r in its)
+        rows.append(f"| {step} | {median} | {seconds} | "
+                    f"{len(good)} of {len(its)} | {same} |")
+    text = "\n".join([
+        "# The workshop's laptop plan on 4 cores: each step's check, timed",
+        "",
+        "Made by `tools/time_laptop_checks.py` (every check under `taskset -c "
+        f"{', '.join(cpus)}`, binaries from `tools/build_laptop_bins.sh` carried over); "
+        "this table by its `--summarize` from [runs.jsonl](runs.jsonl), which holds each run's "
+        "command, verdict and output tail.",
+        "",
+        f"- machine: {label}",
+        f"- binaries built at commit {commit}",
+        f"- command: {command}",
+        "- provider, memory, layout and page size: each step's own, as its check on the chapter "
+        "page gives them (the `command` field of runs.jsonl): shm and simnic on host memory, "
+        "tcp over a veth pair for the two-hosts test",
+        "- seconds: the whole check, wall clock (servers and clients start, run, verify); "
+        "no build (Bazel does not run there; build times come from the 2-core machine)",
+        "",
+        "| step | median seconds | runs (s) | runs with rc 0 and a verdict | verdicts |",
+        "|---|---:|---|---|---|",
+        *rows,
+        "",
+    ])
+    (folder / "results.md").write_text(text)
+    print(f"time_laptop_checks: wrote {folder / 'results.md'}")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bin-root", type=pathlib.Path, required=True,
+    parser.add_argument("--summarize", type=pathlib.Path,
+                        help="write FOLDER/results.md from FOLDER/runs.jsonl and stop")
+    parser.add_argument("--label", default="(unnamed machine)", help="machine, for --summarize")
+    parser.add_argument("--commit", default="(unknown)", help="binaries' commit, for --summarize")
+    parser.add_argument("--command", default="(not given)", help="the timing command, for --summarize")
+    parser.add_argument("--bin-root", type=pathlib.Path,
                         help="what tools/build_laptop_bins.sh wrote")
-    parser.add_argument("--out", type=pathlib.Path, required=True, help="folder for runs.jsonl")
+    parser.add_argument("--out", type=pathlib.Path, help="folder for runs.jsonl")
     parser.add_argument("--cpus", default="0-3", help="taskset's CPU list (default: %(default)s)")
     parser.add_argument("--budget", type=float, default=120,
                         help="seconds after which no new run starts (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each step at most")
     parser.add_argument("--only", nargs="+", default=None, help="steps, e.g. 14.1 two_hosts")
     args = parser.parse_args()
+    if args.summarize:
+        return summarize(args.summarize, args.label, args.commit, args.command)
+    if not args.bin_root or not args.out:
+        parser.error("--bin-root and --out are needed (or --summarize FOLDER)")
     d = args.bin_root.resolve()
     # Libraries the machine may lack; libstdc++ only where it has none; ip, ps
     # and taskset only where it has none.
