@@ -1,6 +1,24 @@
 """Every chapter is the same pair of programs: :server (the chapter's idea)
 and :client (common/client.cc, the same in every chapter)."""
 
+# Every chapter, in the ladder's order.
+CHAPTERS = [
+    "09_multinet",
+    "10_warmup",
+    "11_multithread",
+    "12_pin",
+    "13_shard",
+    "14_batch",
+    "15_lazy",
+    "16_thread_domain",
+    "17_op_pool",
+    "18_more",
+]
+
+def chapter_binaries():
+    """Every chapter's :client and :server: the data of a test that runs them all."""
+    return ["//chapters/%s:%s" % (c, p) for c in CHAPTERS for p in ["client", "server"]]
+
 def chapter(name):
     native.cc_binary(
         name = "server",

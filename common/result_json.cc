@@ -60,4 +60,11 @@ void AppendResult(const std::string& path, const nlohmann::json& record) {
   if (!out) throw RuntimeError("cannot append to --result-json file " + path);
 }
 
+void AddMemoryFields(nlohmann::json& record, const char* memory_kind, const DeviceRdma& rdma) {
+  auto known = [](int value) { return value < 0 ? nlohmann::json() : nlohmann::json(value > 0); };
+  record["memory"] = MemoryLabel(memory_kind, rdma);
+  record["device_rdma"] = known(rdma.device_rdma);
+  record["emulated_write"] = known(rdma.emulated_write);
+}
+
 }  // namespace tutorial

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/device_rdma.h"
+
 namespace tutorial {
 
 // The libfabric this process runs on, which the loader picks (rpath,
@@ -15,6 +17,10 @@ std::string LibfabricPath();
 
 // Adds the fields every record carries: host, libfabric (version and path), time.
 nlohmann::json ResultRecord(const std::string& chapter, const std::string& role);
+
+// Adds "memory" (GPU memory over emulated WRITEs is "cuda-emulated": never a
+// GPU number), "device_rdma" and "emulated_write" (null where unknown).
+void AddMemoryFields(nlohmann::json& record, const char* memory_kind, const DeviceRdma& rdma);
 
 // Appends `record` as one line; throws RuntimeError when the file cannot be written.
 void AppendResult(const std::string& path, const nlohmann::json& record);

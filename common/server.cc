@@ -705,13 +705,7 @@ class RandomFillServer {
     if (options_.result_json.empty()) return;
     nlohmann::json r = ResultRecord(chapter_, "server");
     r["provider"] = node_.fabric().provider;
-    // GPU memory over emulated WRITEs is "cuda-emulated": never a GPU number.
-    const DeviceRdma& rdma = DeviceRdmaOf(node_.net(0, 0));
-    r["memory"] = MemoryLabel(MemoryKindName(node_.fabric().memory), rdma);
-    r["device_rdma"] =
-        rdma.device_rdma < 0 ? nlohmann::json() : nlohmann::json(rdma.device_rdma > 0);
-    r["emulated_write"] =
-        rdma.emulated_write < 0 ? nlohmann::json() : nlohmann::json(rdma.emulated_write > 0);
+    AddMemoryFields(r, MemoryKindName(node_.fabric().memory), DeviceRdmaOf(node_.net(0, 0)));
     r["gpus"] = node_.num_gpus();
     r["nics_per_gpu"] = node_.nics_per_gpu();
     r["buffers_per_gpu"] = node_.buffers_per_gpu();
