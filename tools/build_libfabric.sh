@@ -27,7 +27,12 @@
 #   LIBFABRIC_MIRROR       Debian mirror (default http://deb.debian.org/debian)
 #   LIBFABRIC_BUILD_CACHE  apt state and downloaded tarball
 #                          (default ${XDG_CACHE_HOME:-~/.cache}/tutorial-libfabric)
-#   LIBFABRIC_CONFIGURE_EXTRA  more ./configure arguments (e.g. --with-cuda=DIR)
+#   LIBFABRIC_CONFIGURE_EXTRA  more ./configure arguments; a --with-cuda=DIR
+#                          among them is given to fabtests' configure too, so
+#                          fi_rma_bw can use CUDA memory (-D cuda). For a GPU
+#                          machine: "--with-cuda=$(tools/cuda_headers.sh DIR)
+#                          --enable-cuda-dlopen" (libfabric and fi_rma_bw then
+#                          dlopen libcudart.so and libcuda.so.1 at run time)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,6 +51,11 @@ configure_args=(--enable-only --enable-efa=yes --enable-shm=yes --enable-tcp=yes
                 --disable-static)
 # shellcheck disable=SC2206  # word splitting of the extra arguments is wanted
 [[ -n $extra ]] && configure_args+=($extra)
+# fabtests takes --with-cuda (not --enable-cuda-dlopen: it always dlopens).
+fabtests_args=()
+for arg in "${configure_args[@]}"; do
+  [[ $arg == --with-cuda=* ]] && fabtests_args+=("$arg")
+done
 stamp_dir=$prefix/share/libfabric-build
 key="libfabric $version from Debian $suite; configure ${configure_args[*]}"
 
@@ -147,6 +157,11 @@ mkdir -p "$prefix"
 run ./configure --prefix="$prefix" "${configure_args[@]}"
 # configure ends with a table of providers: keep it (it shows efa enabled).
 summary=$(grep -E '^configure: (efa|shm|sm2|tcp|rxm) provider: |^\*\*\* (Built-in|DSO) providers:' "$log" || true)
+# With --with-cuda, configure must have found CUDA (HAVE_CUDA 1 in config.h).
+if [[ " ${configure_args[*]} " == *" --with-cuda="* ]]; then
+  grep -q '^#define HAVE_CUDA 1' config.h || die "configure did not enable CUDA (config.h has no HAVE_CUDA 1)"
+  summary+=$'\n'"$(grep -E '^#define (HAVE_CUDA|ENABLE_CUDA_DLOPEN|HAVE_CUDA_DMABUF) ' config.h)"
+fi
 grep -Eq 'Built-in providers:.*\befa\b|DSO providers:.*\befa\b' <<<"$summary" ||
   die "configure did not enable the efa provider: $(tr '\n' ' ' <<<"$summary")"
 run make -j"$jobs"
@@ -157,7 +172,7 @@ cd "$src/fabtests"
 run ./autogen.sh
 # Its helper library is linked in statically, so the one binary is enough.
 run ./configure --prefix="$prefix" --with-libfabric="$prefix" --disable-shared --enable-static \
-  LDFLAGS="-Wl,-rpath,$prefix/lib"
+  "${fabtests_args[@]}" LDFLAGS="-Wl,-rpath,$prefix/lib"
 run make -j"$jobs" benchmarks/fi_rma_bw
 run ./libtool --mode=install install -m 755 benchmarks/fi_rma_bw "$prefix/bin/fi_rma_bw"
 

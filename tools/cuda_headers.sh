@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the CUDA runtime's headers and libcudart from PyPI (NVIDIA's
-# nvidia-cuda-runtime and nvidia-cuda-crt wheels) into DIR, so that the CUDA
+# nvidia-cuda-runtime and nvidia-cuda-crt wheels, and nvidia-nvml-dev for
+# nvml.h, which libfabric's --with-cuda needs) into DIR, so that the CUDA
 # path compiles on a machine with no GPU and no toolkit, and prints the
 # CUDA_HOME to build with:
 #
@@ -13,14 +14,15 @@ dir=${1:?usage: cuda_headers.sh DIR}
 version=${CUDA_WHEEL_VERSION:-13.0.*}
 home="$dir/nvidia/cu13"
 if [[ -f $home/include/cuda_runtime.h && -f $home/include/crt/host_config.h &&
-      -f $home/lib/libcudart_static.a ]]; then
+      -f $home/include/nvml.h && -f $home/lib/libcudart_static.a ]]; then
   echo "$home"
   exit 0
 fi
 mkdir -p "$dir/wheels"
 for attempt in 1 2 3; do
   if python3 -m pip download --quiet --no-deps --dest "$dir/wheels" \
-      "nvidia-cuda-runtime==$version" "nvidia-cuda-crt==$version" >&2; then
+      "nvidia-cuda-runtime==$version" "nvidia-cuda-crt==$version" \
+      "nvidia-nvml-dev==$version" >&2; then
     break
   fi
   if ((attempt == 3)); then
@@ -32,5 +34,7 @@ done
 for wheel in "$dir"/wheels/*.whl; do
   python3 -m zipfile -e "$wheel" "$dir"
 done
-[[ -f $home/include/cuda_runtime.h ]] || { echo "cuda_headers: no $home/include/cuda_runtime.h in the wheels" >&2; exit 1; }
+for header in cuda_runtime.h nvml.h; do
+  [[ -f $home/include/$header ]] || { echo "cuda_headers: no $home/include/$header in the wheels" >&2; exit 1; }
+done
 echo "$home"
