@@ -194,6 +194,45 @@ class GpuTablesOneGpuTest(unittest.TestCase):
         self.assertIn(f"| {CHAPTERS[0]} | 80.0 | 0.150 | 80.0% |", host)
         self.assertNotIn("Not a ceiling", host)
 
+    def test_one_pair_alone_is_shown_beside_not_taken_as_the_ceiling(self):
+        """One fi_rma_bw pair alone, measured in the same run as the pairs at
+        once: shown beside them with each chapter's multiple of it; the
+        reference stays the pairs at once; an emulated-WRITE run gets a table
+        of its own (never a GPU number)."""
+        tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
+        self.addCleanup(tmp.cleanup)
+        folder = pathlib.Path(tmp.name)
+        ceiling = {"phase": "ceiling", "tool": "fi_rma_bw -o writedata -W 64", "provider": "shm",
+                   "memory": "cuda", "page_size": PAGE, "ok": True, "mops": 0.007,
+                   "gbps_lower_bound": 4.0}
+        run_record = {"phase": "cuda", "memory": "cuda", "provider": "shm", "page_size": PAGE,
+                      "gpus": 1, "nics_per_gpu": 4, "poll_threads": "gpu", "runs": 1, "ok": True,
+                      "mops": 0.15, "pages": 100, "repeat": 1,
+                      "command": "server --once --repeat 1 --address-file x"}
+        records = [{"phase": "env", "gpus": ["0, NVIDIA H200, 580, 0:6.0, 143771 MiB"],
+                    "libfabric_providers": ["shm", "tcp"]},
+                   dict(ceiling, pairs=1, gbps=40.0, iters=[90000], pair_seconds=[5.0],
+                        calibration={"usec_per_write": [16.9]}),
+                   dict(ceiling, pairs=4, gbps=4.0, iters=[9000] * 4, pair_seconds=[5.0] * 4),
+                   dict(run_record, chapter=CHAPTERS[0], gbps=120.0, all_gbps=[120.0],
+                        memory_label="cuda"),
+                   dict(run_record, chapter=CHAPTERS[1], gbps=60.0, all_gbps=[60.0],
+                        memory_label="cuda-emulated")]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        made = run([RUNFILES / "tools" / "gpu_tables.py", folder / "records.jsonl",
+                    folder / "tables", "--command", "gpu_bench_test"], timeout=120)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        text = (folder / "tables" / "results.md").read_text()
+        self.assertIn("(providers on this machine: shm, tcp)", text)
+        cuda, emulated = text.split("## cuda-emulated memory")
+        self.assertIn("fi_rma_bw, 4 pairs: **4.0 Gbps**", cuda)
+        self.assertIn("fi_rma_bw, 1 pair alone: **40.0 Gbps**", cuda)
+        self.assertIn(f"| {CHAPTERS[0]} | 120.0 | 0.150 | none: not a ceiling | 3.00 |", cuda)
+        self.assertNotIn(CHAPTERS[1], cuda)
+        self.assertIn(f"| {CHAPTERS[1]} | 60.0 |", emulated)
+        header = (folder / "tables" / "results.csv").read_text().splitlines()[0]
+        self.assertTrue(header.endswith(",one_pair_gbps"), header)
+
 
 class GpuBenchFailingPairTest(unittest.TestCase):
     """A pair that fails is recorded with its reason and last output, not as

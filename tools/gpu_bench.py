@@ -70,6 +70,10 @@ def phase_env(args):
         "libfabric_path": sh(f"ldd {args.fabtests}/fi_rma_bw 2>/dev/null | "
                              "awk '/libfabric/ {print $3}'").strip(),
         "fi_info_shm_hmem": sh(f"{args.fabtests}/fi_info -p shm -c FI_HMEM | head -3").strip(),
+        # The providers that library offers on this machine (efa only where
+        # an EFA device is).
+        "libfabric_providers": sorted(set(re.findall(
+            r"^provider: (\S+)", sh(f"{args.fabtests}/fi_info 2>/dev/null"), re.M))),
         # How that libfabric was built: the version string does not say.
         "libfabric_build": args.libfabric_build,
     }
@@ -387,6 +391,12 @@ def phase_chapters(args, phase, memory, sizes, gpus, nics, deadline):
                                 "command": best["command"], "libfabric": best["libfabric"],
                                 "libfabric_version": best.get("libfabric_version", ""),
                                 "libfabric_path": best.get("libfabric_path", ""),
+                                # What the server says its memory was: "cuda-emulated"
+                                # where efa emulated the WRITEs (never a GPU number),
+                                # and whether the NIC's RDMA was in use (null: not efa).
+                                "memory_label": best.get("memory", memory),
+                                "device_rdma": best.get("device_rdma"),
+                                "emulated_write": best.get("emulated_write"),
                                 "pages": best["pages"], "repeat": best["repeat"]})
 
 

@@ -60,6 +60,15 @@ class Ceiling:
         # Why this measurement bounds nothing, where it is known not to
         # (one GPU, below); then no row shows a share of it.
         self.not_a_ceiling = None
+        # fi_rma_bw with fewer pairs in the same records (one pair alone on
+        # one GPU): shown beside this one, never taken as the ceiling.
+        self.fewer_pairs = []
+
+    @property
+    def one_pair(self):
+        """The Gbps of one fi_rma_bw pair alone, where measured, or None."""
+        alone = [c for c in self.fewer_pairs if c.pairs == 1 and c.good]
+        return alone[0].gbps if alone else None
 
     @property
     def bound(self):
@@ -108,7 +117,25 @@ class Ceiling:
                 f"(all bytes over the longest: {r['gbps_lower_bound']:.1f} Gbps)" for r in timed)
         if self.not_a_ceiling:
             text += f". **Not a ceiling**: {self.not_a_ceiling}; no share of it is shown"
+        for other in self.fewer_pairs:
+            text += "\n\n" + other.describe_beside()
         return text
+
+    def describe_beside(self):
+        """A measurement with fewer pairs, shown under the reference one."""
+        pairs = "1 pair alone" if self.pairs == 1 else f"{self.pairs} pairs at once"
+        if not self.good:
+            why = self.why_failed()
+            return f"fi_rma_bw, {pairs}: no complete measurement" + (": " + "; ".join(why) if why else "")
+        ran = "; ".join(f"{min(r['pair_seconds']):.2f} to {max(r['pair_seconds']):.2f} s"
+                        if len(r["pair_seconds"]) > 1 else f"{r['pair_seconds'][0]:.2f} s"
+                        for r in self.good if r.get("pair_seconds"))
+        usec = [u for r in self.good for u in (r.get("calibration") or {}).get("usec_per_write", [])]
+        return (f"fi_rma_bw, {pairs}: **{self.gbps:.1f} Gbps**, {self.mops:.3f} Mops/s"
+                + (f", ran {ran}" if ran else "")
+                + (f", {min(usec):.1f} us per WRITE in its calibration run" if usec else "")
+                + (". The column \"x 1 pair\" below is each chapter's Gbps over this." if self.pairs == 1
+                   else ""))
 
 
 # fi_rma_bw's pairs all on one GPU: both sides of every pair use its memory,
@@ -125,13 +152,24 @@ def load(paths):
     grouped = {}
     for r in records:
         if r["phase"] == "ceiling":
-            grouped.setdefault((r["memory"], r["page_size"]), []).append(r)
-    ceilings = {k: Ceiling(v) for k, v in grouped.items()}
+            grouped.setdefault((r["memory"], r["page_size"], r["pairs"]), []).append(r)
+    # Per memory and size the most pairs (one per endpoint) are the ceiling;
+    # fewer pairs measured beside them are shown with it.
+    ceilings = {}
+    for (memory, size, pairs) in sorted(grouped, key=lambda k: -k[2]):
+        ceiling = Ceiling(grouped[(memory, size, pairs)])
+        if (memory, size) in ceilings:
+            ceilings[(memory, size)].fewer_pairs.insert(0, ceiling)
+        else:
+            ceilings[(memory, size)] = ceiling
     if len(env.get("gpus") or []) == 1:
         for (memory, _), ceiling in ceilings.items():
             if memory == "cuda":
                 ceiling.not_a_ceiling = ONE_GPU
     runs = [r for r in records if r["phase"] in ("cuda", "host") and r.get("ok") and "gbps" in r]
+    # GPU memory over WRITEs that efa emulated is "cuda-emulated" in the
+    # server's record: a table of its own, never a GPU number.
+    runs = [dict(r, memory=r["memory_label"]) if r.get("memory_label") else r for r in runs]
     failures = [r for r in records if r["phase"] in ("cuda", "host", "smoke") and not r.get("ok")]
     extra = {"split": [r for r in records if r["phase"] == "split"],
              "copy": [r for r in records if r["phase"] == "copy"],
@@ -171,6 +209,7 @@ def rows(ceilings, runs):
             "gpus": r["gpus"], "nics_per_gpu": r["nics_per_gpu"], "gbps": r["gbps"],
             "mops": r["mops"], "ceiling_gbps": ceiling.gbps if ceiling else None,
             "percent_of_ceiling": 100 * share if share is not None else None,
+            "one_pair_gbps": ceiling.one_pair if ceiling else None,
             "runs": r["runs"], "all_gbps": r["all_gbps"], "pages": r["pages"],
             "repeat": r["repeat"], "command": r["command"],
         })
@@ -206,14 +245,19 @@ def markdown(env, ceilings, table, failures, command, title, extra):
               f"{cpu.get('NUMA node(s)', '?').strip()} NUMA node(s) |"]
     lines += [f"| memory | {env.get('memory', '?').split(':')[-1].strip()} |"]
     lines += [f"| kernel | {env.get('kernel', '?')} |"]
-    lines += [f"| libfabric | {libfabric_version(env.get('libfabric', ''))}, configured with `{env.get('libfabric_build', '--with-cuda')}` (shm, tcp, rxm) |"]
+    # Older records do not list the providers the library offered there.
+    providers = ", ".join(env.get("libfabric_providers") or ["shm", "tcp", "rxm"])
+    offered = " on this machine" if env.get("libfabric_providers") else ""
+    lines += [f"| libfabric | {libfabric_version(env.get('libfabric', ''))}, configured with `{env.get('libfabric_build', '--with-cuda')}` (providers{offered}: {providers}) |"
+              if offered else
+              f"| libfabric | {libfabric_version(env.get('libfabric', ''))}, configured with `{env.get('libfabric_build', '--with-cuda')}` ({providers}) |"]
     lines += ["| provider | shm (two processes on one host) |"]
     lines += [f"| GPU links | {'NV18 (18 NVLinks) between every pair' if 'NV18' in env.get('topology', '') else 'see records'} |"]
     lines += [f"| command | `{command}` |", ""]
     lines += ["The ceiling is fabtests' `fi_rma_bw -o writedata -W 64` with the same provider, memory",
               "and message size, one pair of processes per endpoint, all pairs at once (their sum).",
               ""]
-    for memory in ("cuda", "host"):
+    for memory in ("cuda", "cuda-emulated", "host"):
         sizes = sorted({r["page_size"] for r in table if r["memory"] == memory})
         for size in sizes:
             part = [r for r in table if r["memory"] == memory and r["page_size"] == size]
@@ -232,11 +276,14 @@ def markdown(env, ceilings, table, failures, command, title, extra):
             poll_col = len(polls) > 1
             # A pages column only where runs of one size used different page counts.
             pages_col = len({r["pages"] for r in part}) > 1
+            # Each chapter against one fi_rma_bw pair alone, where measured.
+            pair_col = any(r["one_pair_gbps"] for r in part)
             head = ("| chapter |" + (" client --poll-threads |" if poll_col else "")
                     + (" pages per buffer |" if pages_col else ""))
-            lines += [head + " Gbps | Mops/s | % of ceiling | runs (Gbps) |",
+            lines += [head + " Gbps | Mops/s | % of ceiling |" + (" x 1 pair |" if pair_col else "")
+                      + " runs (Gbps) |",
                       "|---|" + ("---|" if poll_col else "") + ("---:|" if pages_col else "")
-                      + "---:|---:|---:|---|"]
+                      + "---:|---:|---:|" + ("---:|" if pair_col else "") + "---|"]
             order = lambda r: (series.ORDER.index(r["chapter"]), r["poll_threads"], r["pages"])
             for r in sorted(part, key=order):
                 pct = (f"{r['percent_of_ceiling']:.1f}%" if r["percent_of_ceiling"] is not None
@@ -244,7 +291,9 @@ def markdown(env, ceilings, table, failures, command, title, extra):
                 runs = ", ".join(f"{g:.1f}" for g in r["all_gbps"])
                 poll = f" {r['poll_threads']} |" if poll_col else ""
                 pages = f" {r['pages']} |" if pages_col else ""
-                lines += [f"| {r['chapter']} |{poll}{pages} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} | {runs} |"]
+                pair = (f" {r['gbps'] / r['one_pair_gbps']:.2f} |" if r["one_pair_gbps"] else " n/a |"
+                        ) if pair_col else ""
+                lines += [f"| {r['chapter']} |{poll}{pages} {r['gbps']:.1f} | {r['mops']:.3f} | {pct} |{pair} {runs} |"]
             lines += [""]
     # A failed ceiling with no chapter run of its memory and size (a bench
     # that ran only the ceiling, or whose chapters failed too): say why, where
@@ -366,6 +415,10 @@ def plot(table, ceilings, path):
         ceiling = ceilings.get((memory, size))
         if ceiling and ceiling.bound:
             ax.axhline(ceiling.bound, color="#d65f5f", linestyle="--", label="fi_rma_bw")
+        if ceiling and ceiling.one_pair:
+            ax.axhline(ceiling.one_pair, color="#6acc64", linestyle=":",
+                       label="fi_rma_bw, 1 pair alone")
+        if ceiling and (ceiling.bound or ceiling.one_pair):
             ax.legend(loc="lower right", fontsize=8)
         ax.set_title(f"{memory}, {size_name(size)} pages", fontsize=10)
         ax.set_ylabel("Gbps")
@@ -389,7 +442,9 @@ def tables(records, command, title):
     env, ceilings, runs, failures, extra = load(records)
     table = rows(ceilings, runs)
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\r\n")
+    # one_pair_gbps only where one fi_rma_bw pair alone was measured.
+    fields = CSV_FIELDS + (["one_pair_gbps"] if any(r["one_pair_gbps"] for r in table) else [])
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\r\n")
     w.writeheader()
     w.writerows(table)
     return markdown(env, ceilings, table, failures, command, title, extra) + "\n", out.getvalue(), \
