@@ -196,7 +196,7 @@ class DocsCheckTest(unittest.TestCase):
         rows = [line for line in measured.splitlines() if line.startswith("| ")][1:]
         self.assertLessEqual(len(rows), 5, block)
         self.assertIn("the local default", block)
-        self.assertIn("GPU memory, one GPU per side", block)
+        self.assertIn("GPU memory, server and client on one GPU", block)
         self.assertIn("the series' own number", block)
         self.assertIn("(../results/README.md#all-recordings)", block)
 
