@@ -850,9 +850,13 @@ void Engine::Add(Endpoint* ep) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (workers_.empty()) {
     int threads = ep->model->engine_threads;
+    const std::vector<int>& cpus = ep->model->engine_cpus;
     for (int i = 0; i < threads; ++i) {
       workers_.push_back(std::make_unique<Worker>());
-      workers_.back()->cpus = ep->model->engine_cpus;
+      // One CPU each, in turn: engine threads that sleep and wake by the
+      // microsecond, left to float over a shared list, get stacked on one
+      // CPU by wake-up placement now and then, and fall behind the line.
+      if (!cpus.empty()) workers_.back()->cpus = {cpus[static_cast<size_t>(i) % cpus.size()]};
     }
     for (size_t k = 0; k < workers_.size(); ++k) {
       Worker* raw = workers_[k].get();

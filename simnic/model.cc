@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -152,17 +153,19 @@ void CarveSockets(Model* m) {
 }  // namespace
 
 std::string Model::Summary() const {
-  char line[768];
+  char line[896];
   std::snprintf(line, sizeof(line),
                 "simnic (simulated EFA-like NIC): %d NICs x %.3g Gbps (%g Gbps / scale %g: a "
-                "%g-byte page stands for 64 KiB), tx depth %zu, post %u ns, doorbell %u ns, CQ "
-                "read %u ns + %u ns an entry (x%g from the other virtual socket), first contact "
-                "%u ns, lock line %u ns, %d virtual sockets over %d cores, unpinned threads moved "
-                "every %g us with a %u ns refill (simulated p5 scheduler), %d engine thread(s), "
-                "efa-direct rules %s",
+                "%g-byte page stands for 64 KiB), tx depth %zu, calls take what they charge: post "
+                "%u ns, doorbell %u ns, CQ read %u ns + %u ns an entry (x%g from the other "
+                "virtual socket for post, doorbell and entries), first contact %u ns, lock line "
+                "%u ns, %d virtual sockets over %d cores, busy unpinned threads moved every %g us "
+                "with a %u ns refill while they outnumber one socket's %d cores (simulated p5 "
+                "scheduler), %d engine thread(s), efa-direct rules %s",
                 nics, line_bps() / 1e9, unscaled_gbps, scale, 65536 / scale, tx_depth, post_ns,
                 doorbell_ns, cq_poll_ns, cq_entry_ns, remote_numa_factor, first_contact_ns,
-                lock_line_ns, numa_nodes, mask_cores, migrate_us, refill_ns, engine_threads,
+                lock_line_ns, numa_nodes, mask_cores, migrate_us, refill_ns,
+                std::max(1, mask_cores / std::max(1, numa_nodes)), engine_threads,
                 direct ? "on" : "off");
   return line;
 }
@@ -186,10 +189,13 @@ uint64_t NowNs() {
 
 void SpinFor(uint64_t ns) {
   if (ns == 0) return;
+  SpinUntil(NowNs() + ns);
+}
+
+void SpinUntil(uint64_t until_ns) {
   // No pause instruction in the loop: the wait ends as close to its length
   // as the clock allows (a pause can take ~140 cycles on recent Xeons).
-  uint64_t until = NowNs() + ns;
-  while (NowNs() < until) {
+  while (NowNs() < until_ns) {
   }
 }
 
@@ -205,6 +211,20 @@ int NodeOfNic(int nic_index, int nics, int nodes) {
 
 namespace {
 
+// The process's threads that call simnic, as the simulated balancer sees
+// them: each owns one slot (a line of its own), written only by itself.
+constexpr int kThreadSlots = 256;
+constexpr uint64_t kBusyGapNs = 100000;   // calls closer than this keep a thread busy
+constexpr uint64_t kBusyForNs = 1000000;  // ... and it counts once busy this long
+struct alignas(64) ThreadSlot {
+  std::atomic<uint64_t> last_end_ns{0};    // end of its last call (0: free slot)
+  std::atomic<uint64_t> busy_since_ns{0};  // start of its current run of close calls
+  std::atomic<bool> spans{false};          // its affinity spans both virtual sockets
+  std::atomic<bool> in_call{false};        // inside a call now (busy, however long it spins)
+};
+ThreadSlot thread_slots[kThreadSlots];
+std::atomic<int> slots_used{0};
+
 // Plain data, so that a thread_local of a dlopen'ed provider needs no
 // destructor.
 struct ThreadPlace {
@@ -214,6 +234,7 @@ struct ThreadPlace {
   int socket;
   uint64_t next_move_ns;
   uint64_t rng;
+  int slot;  // index + 1 in thread_slots (0: none yet)
 };
 thread_local ThreadPlace this_thread_place{};
 
@@ -238,27 +259,80 @@ bool AffinitySpansSockets(const Model& m) {
   return false;
 }
 
+ThreadSlot* SlotOf(ThreadPlace& t) {
+  if (t.slot == 0) {
+    int index = slots_used.fetch_add(1, std::memory_order_relaxed);
+    // More threads than slots (a long-lived process that made many):
+    // share the last one; the count is then a lower bound.
+    t.slot = std::min(index, kThreadSlots - 1) + 1;
+  }
+  return &thread_slots[t.slot - 1];
+}
+
+bool SlotBusy(const ThreadSlot& slot, uint64_t now_ns) {
+  uint64_t end = slot.last_end_ns.load(std::memory_order_relaxed);
+  uint64_t since = slot.busy_since_ns.load(std::memory_order_relaxed);
+  bool recent = slot.in_call.load(std::memory_order_relaxed) || now_ns < end + kBusyGapNs;
+  return end != 0 && recent && now_ns >= since + kBusyForNs;
+}
+
+// Cores of one virtual socket: how many busy threads it holds, one a core.
+int SocketCores(const Model& m) { return std::max(1, m.mask_cores / std::max(1, m.numa_nodes)); }
+
 }  // namespace
+
+int BusyUnpinnedThreads(uint64_t now_ns) {
+  int used = std::min(slots_used.load(std::memory_order_relaxed), kThreadSlots);
+  int busy = 0;
+  for (int i = 0; i < used; ++i) {
+    if (thread_slots[i].spans.load(std::memory_order_relaxed) && SlotBusy(thread_slots[i], now_ns))
+      ++busy;
+  }
+  return busy;
+}
+
+void EndOfCallOnThisThread(uint64_t now_ns) {
+  ThreadPlace& t = this_thread_place;
+  if (t.slot == 0) return;
+  thread_slots[t.slot - 1].last_end_ns.store(now_ns, std::memory_order_relaxed);
+  thread_slots[t.slot - 1].in_call.store(false, std::memory_order_relaxed);
+}
 
 Placement PlaceThisThread(const Model& m, uint64_t now_ns) {
   ThreadPlace& t = this_thread_place;
+  ThreadSlot* slot = SlotOf(t);
   if (t.model != &m || t.calls_until_check == 0) {
     if (t.model != &m) t.next_move_ns = 0;
     t.model = &m;
     t.calls_until_check = 4096;
     t.spans = m.numa_nodes > 1 && AffinitySpansSockets(m);
+    slot->spans.store(t.spans, std::memory_order_relaxed);
     if (t.rng == 0) t.rng = (now_ns ^ reinterpret_cast<uintptr_t>(&t)) | 1;
   }
   --t.calls_until_check;
+  // A call after a long gap starts a new run of busy time.
+  uint64_t last_end = slot->last_end_ns.load(std::memory_order_relaxed);
+  if (last_end == 0 || now_ns >= last_end + kBusyGapNs)
+    slot->busy_since_ns.store(now_ns, std::memory_order_relaxed);
+  slot->last_end_ns.store(now_ns, std::memory_order_relaxed);
+  slot->in_call.store(true, std::memory_order_relaxed);
   if (!t.spans) {
     t.next_move_ns = 0;
     return Placement{NodeOfCpu(m, sched_getcpu()), 0, false};
   }
   uint64_t refill = 0;
-  if (t.next_move_ns == 0 || now_ns >= t.next_move_ns) {
-    if (t.next_move_ns != 0) refill = m.refill_ns;  // the first placement finds a cold cache anyway
+  if (t.next_move_ns == 0) {
+    // First placement: either socket (it finds a cold cache anyway).
     t.socket = static_cast<int>(NextRandom(t) % static_cast<uint64_t>(m.numa_nodes));
-    // Moves come at random (exponential gaps, mean migrate_us).
+  } else if (now_ns >= t.next_move_ns && SlotBusy(*slot, now_ns) &&
+             BusyUnpinnedThreads(now_ns) > SocketCores(m)) {
+    // The balancer has more busy threads than one socket's cores: it
+    // spreads them and keeps moving them; this one moves now.
+    refill = m.refill_ns;
+    t.socket = static_cast<int>(NextRandom(t) % static_cast<uint64_t>(m.numa_nodes));
+  }
+  if (t.next_move_ns == 0 || now_ns >= t.next_move_ns) {
+    // Balancing decisions come at random (exponential gaps, mean migrate_us).
     double u = (static_cast<double>(NextRandom(t) >> 11) + 0.5) / 9007199254740992.0;
     t.next_move_ns = now_ns + static_cast<uint64_t>(-std::log(u) * m.migrate_us * 1000.0);
   }

@@ -21,22 +21,29 @@ struct Model {
   // Costs on the posting and polling CPU (busy waits). Each is a mechanism
   // of a NIC or a CPU, never a chapter's: docs/simnic.md says what each
   // stands for, and tools/simnic_fit.py fits the defaults.
-  uint32_t post_ns = 250;              // SIMNIC_POST_NS: the provider's software path per post
-  uint32_t doorbell_ns = 250;          // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
-  double remote_numa_factor = 4;       // SIMNIC_REMOTE_NUMA_FACTOR: the doorbell, the post's
-                                       // descriptor and the CQ line from the other socket
-  uint32_t cq_poll_ns = 200;           // SIMNIC_CQ_POLL_NS: one fi_cq_read (the line the NIC wrote)
-  uint32_t cq_entry_ns = 40;           // SIMNIC_CQ_ENTRY_NS: each completion it returns
+  // A call's charges are its whole length: simnic's own work runs inside
+  // them (the call spins until it has taken what it charged).
+  uint32_t post_ns = 450;         // SIMNIC_POST_NS: the provider's software path per post
+  uint32_t doorbell_ns = 400;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
+  double remote_numa_factor = 2;  // SIMNIC_REMOTE_NUMA_FACTOR: what crosses the socket link:
+                                  // the descriptor, the doorbell, the completions the NIC wrote
+  uint32_t cq_poll_ns = 180;      // SIMNIC_CQ_POLL_NS: one fi_cq_read's software path (an
+                                  // unchanged ring line stays in the reader's cache)
+  uint32_t cq_entry_ns = 40;      // SIMNIC_CQ_ENTRY_NS: each completion it returns (a line
+                                  // the NIC wrote)
   uint32_t first_contact_ns = 200000;  // SIMNIC_FIRST_CONTACT_NS: first WRITE of a NIC into a
                                        // remote region (EFA's handshake, address handle)
   uint32_t lock_line_ns = 150;         // SIMNIC_LOCK_LINE_NS: an FI_THREAD_SAFE lock last taken by
                                        // another thread (its line moves; x factor across sockets)
   int numa_nodes = 2;                  // SIMNIC_NUMA_NODES: virtual sockets, as a p5
   // The p5's scheduler, simulated for a thread whose affinity spans both
-  // virtual sockets (an unpinned thread): it runs on a socket, is moved now
-  // and then (to either socket), and refills its cache after each move.
-  double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves
-  uint32_t refill_ns = 150000;  // SIMNIC_REFILL_NS: cold cache after a move
+  // virtual sockets (an unpinned thread): it runs on a socket; while the
+  // process's busy unpinned threads fit on one virtual socket's cores it
+  // stays there, and once they outnumber them the balancer moves each busy
+  // one now and then (to either socket), and it refills its cache after
+  // each move.
+  double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves while balancing
+  uint32_t refill_ns = 190000;  // SIMNIC_REFILL_NS: cold cache after a move
   // Virtual socket of each CPU the process may use (-1: not in its mask),
   // read once when the model is (the main thread, at fi_getinfo).
   std::vector<int16_t> cpu_socket;
@@ -70,6 +77,8 @@ uint64_t NowNs();
 // Busy-waits for `ns` nanoseconds: the CPU stays busy, as it does while an
 // uncached write or a cache miss stalls it.
 void SpinFor(uint64_t ns);
+// Busy-waits until the monotonic clock reads `until_ns`.
+void SpinUntil(uint64_t until_ns);
 
 // Virtual socket of a CPU (the process's affinity mask, in the order hwloc
 // lists cores, SMT siblings together, cut into `numa_nodes` equal parts) and
@@ -81,8 +90,12 @@ int NodeOfNic(int nic_index, int nics, int nodes);
 // Where the calling thread runs, for the costs of one provider call: its
 // virtual socket, and the cold-cache refill it owes (ns, once per move).
 // A thread pinned within one virtual socket runs where the kernel put it;
-// a thread whose affinity spans both is placed and moved by the simulated
-// p5 scheduler (Model::migrate_us, refill_ns). The affinity is read again
+// a thread whose affinity spans both is placed by the simulated p5
+// scheduler, which moves it (Model::migrate_us, refill_ns) only while it is
+// busy and the process's busy unpinned threads outnumber one virtual
+// socket's cores: a balancer has something to balance. A thread is busy
+// when it has called simnic with gaps under 100 us for 1 ms or more (a
+// helper that wakes every millisecond is not). The affinity is read again
 // every few thousand calls (a thread may pin itself at any time).
 struct Placement {
   int socket;
@@ -90,6 +103,10 @@ struct Placement {
   bool simulated;  // placed by the simulated scheduler
 };
 Placement PlaceThisThread(const Model& m, uint64_t now_ns);
+// The end of this thread's provider call (for its busy time).
+void EndOfCallOnThisThread(uint64_t now_ns);
+// The process's busy unpinned threads now (what the balancer sees).
+int BusyUnpinnedThreads(uint64_t now_ns);
 // Test hook: forget this thread's placement (its affinity is read again).
 void ForgetThisThreadsPlacement();
 

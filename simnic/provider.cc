@@ -394,27 +394,40 @@ int ThisThreadTid() {
 }
 
 // Where the caller runs for this call (its virtual socket, or where the
-// simulated p5 scheduler put an unpinned thread), and the costs it spins
-// for: Remote() costs are dearer from the other socket than the NIC's.
-// The cold-cache refill owed after a simulated move is paid at once.
+// simulated p5 scheduler put an unpinned thread), and what the call costs
+// it: Remote() costs are dearer from the other socket than the NIC's. The
+// charges are the call's whole length: when the call ends, the caller spins
+// until it has taken what was charged since the call began, so simnic's own
+// work runs inside the charges instead of on top of them (where it would
+// add the simulator's speed on this machine to the model). A cold-cache
+// refill owed after a simulated move is part of the same charge.
 class ThreadCharge {
  public:
-  ThreadCharge(const Model& m, int nic_socket) : m_(m) {
-    Placement place = PlaceThisThread(m, NowNs());
+  ThreadCharge(const Model& m, int nic_socket) : m_(m), start_(NowNs()) {
+    Placement place = PlaceThisThread(m, start_);
     socket_ = place.socket;
     remote_ = place.socket >= 0 && place.socket != nic_socket;
-    SpinFor(place.refill_ns);
+    charged_ = place.refill_ns;
   }
+  ~ThreadCharge() {
+    SpinUntil(start_ + charged_);
+    EndOfCallOnThisThread(NowNs());
+  }
+  ThreadCharge(const ThreadCharge&) = delete;
+  ThreadCharge& operator=(const ThreadCharge&) = delete;
   bool remote() const { return remote_; }
   int socket() const { return socket_; }
-  void Local(uint64_t ns) { SpinFor(ns); }
+  void Local(uint64_t ns) { charged_ += ns; }
   void Remote(uint64_t ns) {
-    SpinFor(remote_ ? static_cast<uint64_t>(static_cast<double>(ns) * m_.remote_numa_factor) : ns);
+    charged_ +=
+        remote_ ? static_cast<uint64_t>(static_cast<double>(ns) * m_.remote_numa_factor) : ns;
   }
   const Model& model() const { return m_; }
 
  private:
   const Model& m_;
+  uint64_t start_;
+  uint64_t charged_ = 0;
   int socket_ = -1;
   bool remote_ = false;
 };
@@ -471,10 +484,11 @@ ssize_t CqRead(fid_cq* f, void* buf, size_t count) {
   ThreadCharge charge(m, cq->domain->nic_node);
   CallLock lock(cq->locked ? &cq->lock : nullptr, charge);
   if (!lock.held()) return -FI_EAGAIN;  // another thread holds it: try again
-  // Reading the completion ring costs a cache miss or so per poll on a real
-  // NIC (the NIC wrote the line): charged whether or not it finds anything,
-  // dearer from the other socket; and a little per entry it returns.
-  charge.Remote(m.cq_poll_ns);
+  // A read's software path, whether or not it finds anything: the same from
+  // either socket (a ring line the NIC has not written since stays in the
+  // reader's cache); each entry it returns is a line the NIC wrote, dearer
+  // from the other socket.
+  charge.Local(m.cq_poll_ns);
   uint64_t consumed = cq->consumed.load(std::memory_order_relaxed);
   uint64_t produced = cq->produced.load(std::memory_order_acquire);
   if (consumed == produced) return -FI_EAGAIN;
@@ -488,7 +502,7 @@ ssize_t CqRead(fid_cq* f, void* buf, size_t count) {
     ++n;
   }
   cq->consumed.store(consumed, std::memory_order_release);
-  charge.Local(static_cast<uint64_t>(m.cq_entry_ns) * n);
+  charge.Remote(static_cast<uint64_t>(m.cq_entry_ns) * n);
   return n > 0 ? static_cast<ssize_t>(n) : -FI_EAVAIL;
 }
 

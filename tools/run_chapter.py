@@ -247,6 +247,17 @@ def run_flags(record, report_lines, server_pid):
     return flags
 
 
+def engine_cpu_lists(free, engines):
+    """SIMNIC_ENGINE_CPUS for the server and for the client: the first
+    `engines` free CPUs for the server's engine threads, the next ones for
+    the client's (wrapping round when there are fewer)."""
+    if not free:
+        return "", ""
+    server = [free[k % len(free)] for k in range(engines)]
+    client = [free[(engines + k) % len(free)] for k in range(engines)]
+    return ",".join(map(str, server)), ",".join(map(str, client))
+
+
 def build(chapter_list):
     targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in ("server", "client")]
     subprocess.run(["bazel", "build", *targets, "//simnic:libsimnic-fi.so"], cwd=ROOT, check=True)
@@ -328,6 +339,14 @@ def run_once(args, chapter, echo=True):
         extra_env = simnic_env(args)
         if simnic:
             extra_env["SIMNIC_REPORT"] = str(tmp / "simnic-report")
+        server_env, client_env = dict(extra_env), dict(extra_env)
+        if simnic and "SIMNIC_ENGINE_CPUS" in extra_env and \
+                not os.environ.get("SIMNIC_ENGINE_CPUS"):
+            # Each process's engine threads on CPUs of their own (simnic
+            # pins engine thread k to the k-th CPU of its list).
+            server_env["SIMNIC_ENGINE_CPUS"], client_env["SIMNIC_ENGINE_CPUS"] = \
+                engine_cpu_lists(getattr(args, "simnic_engine_cpus", None) or [],
+                                 getattr(args, "simnic_engine_threads", None) or 1)
         # Over simnic the server runs on its writers' CPUs and the client (its
         # poller) beside the engine threads, so that unpinned writers
         # (chapters 09-11) never take an engine's CPU.
@@ -339,7 +358,7 @@ def run_once(args, chapter, echo=True):
             return (lambda: os.sched_setaffinity(0, cpus)) if split else None
 
         server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=env_with(args.server_env, extra_env),
+                                  text=True, env=env_with(args.server_env, server_env),
                                   preexec_fn=on_cpus(writer_set))
         note_pid(args, "server", server, echo)
         try:
@@ -357,7 +376,7 @@ def run_once(args, chapter, echo=True):
                           *client_extra]
             client = subprocess.Popen(client_cmd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
-                                      env=env_with(args.client_env, extra_env),
+                                      env=env_with(args.client_env, client_env),
                                       preexec_fn=on_cpus(engine_set))
             note_pid(args, "client", client, echo)
             # Both sides' lines are read by threads so that a hung run is
