@@ -192,11 +192,12 @@ void SpinFor(uint64_t ns) {
   SpinUntil(NowNs() + ns);
 }
 
-void SpinUntil(uint64_t until_ns) {
+uint64_t SpinUntil(uint64_t until_ns) {
   // No pause instruction in the loop: the wait ends as close to its length
   // as the clock allows (a pause can take ~140 cycles on recent Xeons).
-  while (NowNs() < until_ns) {
-  }
+  uint64_t now = NowNs();
+  while (now < until_ns) now = NowNs();
+  return now;
 }
 
 int NodeOfCpu(const Model& m, int cpu) {

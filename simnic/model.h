@@ -24,7 +24,7 @@ struct Model {
   // A call's charges are its whole length: simnic's own work runs inside
   // them (the call spins until it has taken what it charged).
   uint32_t post_ns = 450;         // SIMNIC_POST_NS: the provider's software path per post
-  uint32_t doorbell_ns = 400;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
+  uint32_t doorbell_ns = 350;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
   double remote_numa_factor = 2;  // SIMNIC_REMOTE_NUMA_FACTOR: what crosses the socket link:
                                   // the descriptor, the doorbell, the completions the NIC wrote
   uint32_t cq_poll_ns = 180;      // SIMNIC_CQ_POLL_NS: one fi_cq_read's software path (an
@@ -43,7 +43,7 @@ struct Model {
   // one now and then (to either socket), and it refills its cache after
   // each move.
   double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves while balancing
-  uint32_t refill_ns = 190000;  // SIMNIC_REFILL_NS: cold cache after a move
+  uint32_t refill_ns = 196000;  // SIMNIC_REFILL_NS: cold cache after a move
   // Virtual socket of each CPU the process may use (-1: not in its mask),
   // read once when the model is (the main thread, at fi_getinfo).
   std::vector<int16_t> cpu_socket;
@@ -77,8 +77,9 @@ uint64_t NowNs();
 // Busy-waits for `ns` nanoseconds: the CPU stays busy, as it does while an
 // uncached write or a cache miss stalls it.
 void SpinFor(uint64_t ns);
-// Busy-waits until the monotonic clock reads `until_ns`.
-void SpinUntil(uint64_t until_ns);
+// Busy-waits until the monotonic clock reads `until_ns`; returns its last
+// reading.
+uint64_t SpinUntil(uint64_t until_ns);
 
 // Virtual socket of a CPU (the process's affinity mask, in the order hwloc
 // lists cores, SMT siblings together, cut into `numa_nodes` equal parts) and

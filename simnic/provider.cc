@@ -409,10 +409,7 @@ class ThreadCharge {
     remote_ = place.socket >= 0 && place.socket != nic_socket;
     charged_ = place.refill_ns;
   }
-  ~ThreadCharge() {
-    SpinUntil(start_ + charged_);
-    EndOfCallOnThisThread(NowNs());
-  }
+  ~ThreadCharge() { EndOfCallOnThisThread(SpinUntil(start_ + charged_)); }
   ThreadCharge(const ThreadCharge&) = delete;
   ThreadCharge& operator=(const ThreadCharge&) = delete;
   bool remote() const { return remote_; }

@@ -318,7 +318,15 @@ def run_all(args, chapter_list):
     filt = ProgressFilter(sys.stdout, args.verbose)
     started = time.monotonic()
     for i, chapter in enumerate(chapter_list, 1):
-        for j in range(1, args.runs + 1):
+        counted, j, extra = 0, 0, 0
+        while counted < args.runs:
+            j += 1
+            if j > args.runs:
+                # A flagged run (simnic) counts nowhere: another takes its
+                # place, up to --extra-runs of them per chapter.
+                if extra >= args.extra_runs:
+                    break
+                extra += 1
             tag = f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]"
             filt.prefix = tag
             if filt.tty and not args.verbose:
@@ -344,6 +352,8 @@ def run_all(args, chapter_list):
                     say(filt, f"{tag} FAILED: {record.get('error', 'no error given')}")
             record["run"] = j
             records.append(record)
+            if not record.get("ok") or not record.get("flags"):
+                counted += 1  # a failed run counts too: it is not retried
     filt.clear()
     return records, time.monotonic() - started
 
@@ -463,6 +473,9 @@ def write_markdown(path, meta, rows):
                                if meta.get("libfabric_build") else "")
     if loaded:
         lib += f", loaded from `{loaded}`"
+    extra_text = (f"; a flagged run is kept in results.json, counts nowhere and is replaced "
+                  f"by another, up to {s['extra_runs']} per chapter"
+                  if s.get("extra_runs") else "")
     other = ("unknown" if meta.get("other_cpu") is None else
              f"{100 * meta['other_cpu']:.1f}% of the machine's CPU time")
     machine = (f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['os']}, "
@@ -484,7 +497,7 @@ Recorded by `tools/compare.py`; every number below comes from its runs.
 - counter rule: {meta.get('counter_rule') or 'no counters'} (common/counter_rule.h)
 - provider: {s['provider']}; memory: {s['memory']}
 - request: {layout_text(meta)}
-- runs: {s['runs']} per chapter, median kept
+- runs: {s['runs']} per chapter, median kept{extra_text}
 - date: {meta['date']} (took {meta['seconds']:.0f} s)
 - other processes' CPU use during the runs: {other}
 - command: `{meta['command']}`
@@ -715,6 +728,9 @@ def main():
                         metavar="CHAPTER", help="a subset, in order (default: all)")
     parser.add_argument("--runs", type=int, default=3,
                         help="runs per chapter; the median is kept (default 3)")
+    parser.add_argument("--extra-runs", type=int, default=None,
+                        help="runs that may replace flagged ones (simnic: preempted, engine "
+                             "behind), per chapter (default: 2 over simnic, else 0)")
     parser.add_argument("--machine", default=None,
                         help="machine name in the folder name (default: cores and CPU model)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
@@ -766,6 +782,8 @@ def main():
         return record_from(src, dest, not args.no_docs)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.extra_runs is None:
+        args.extra_runs = 2 if args.provider == "simnic" else 0
     # Over simnic: 256-byte pages and the largest layout that fits this
     # machine's CPUs (printed), unless given.
     run_chapter.resolve_defaults(args, say=lambda text: print(f"compare: {text}", flush=True))
@@ -825,7 +843,7 @@ def main():
         "settings": {"provider": provider, "memory": memory, "gpus": args.gpus,
                      "nics_per_gpu": args.nics_per_gpu, "page_size": args.page_size,
                      "pages": args.pages, "repeat": args.repeat, "runs": args.runs,
-                     "chapters": chapter_list},
+                     "extra_runs": args.extra_runs, "chapters": chapter_list},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "seconds": round(seconds, 1),
         # Other work on the machine skews the numbers: the share of the

@@ -7,23 +7,25 @@ one thread in chapters 09 and 10 and one per group from 11 on (the series':
 its line rate).
 
 The model says where that time goes, per WRITE, from a run's own counters
-(docs/simnic.md, "The cost model"):
+(docs/simnic.md, "The cost model"); a call takes what it charges:
 
-  charged  = P * posts + D * doorbells + C * CQ reads + E * CQ entries
-  pinned   T = real + charged
-  unpinned T = (real + charged * (1 + X) / 2) / (1 - rho)
+  charged  = C * CQ reads + (P * posts + D * doorbells + E * CQ entries) * f
+  T = real + charged, or (real + charged) / (1 - rho) when balanced
 
-`real` is what the program and the simulator spend on their own (measured:
-the recorded time less what the run's own model charged). An unpinned
-thread (its affinity spans both virtual sockets; the series' chapters 09-11
-do not pin) sits on the NICs' socket half the time and pays X from the other
-one; rho = R / M is the share of its time the simulated p5 scheduler's moves
+`real` is what the program spends on its own and what the calls cost beyond
+their charges (measured: the recorded time less what the run's own model
+charged). f is 1 for a pinned thread (its NICs are on its socket) and
+(1 + X) / 2 for an unpinned one (on the NICs' socket half the time: the
+lone thread of 09 and 10 polls NICs of both sockets; 11's threads are put on
+either socket). "Balanced": the run's busy unpinned writers outnumber one
+virtual socket's cores (the model line says how many), so the simulated p5
+scheduler moves them, and rho = R / M is the share of their time its moves
 take (a refill of R ns about every M us). D, E, X and rho are declared, not
 fitted (docs/simnic.md says why); the fit chooses P (the post path) and C
 (a CQ read) on the pinned calibration chapters 12 and 14 of every folder
 given: with three folders (16, 8 and 4 cores, each its own layout) that is
 six points for two parameters. It then predicts every chapter (09, 10, 11,
-13 and 15 held out) from that chapter's counters and prints the residual
+13 and 15-18 held out) from that chapter's counters and prints the residual
 against the series (15: its share of the line rate, the series' 97%), and
 the simulated recording beside it.
 
@@ -54,20 +56,25 @@ UNPINNED = ("09_multinet", "10_warmup", "11_multithread")
 SINGLE_THREAD = ("09_multinet", "10_warmup")
 
 def parse_model(line):
-    """The charged costs a run was made with, from its simnic model line."""
-    m = re.search(r"post (\d+) ns, doorbell (\d+) ns, CQ read (\d+) ns \+ (\d+) ns an entry "
-                  r"\(x([\d.]+) from the other virtual socket\).*?moved every ([\d.e+]+) us "
-                  r"with a (\d+) ns refill", line or "")
+    """The charged costs a run was made with, from its simnic model line
+    (the model whose calls take what they charge, balanced moves)."""
+    m = re.search(r"calls take what they charge: post (\d+) ns, doorbell (\d+) ns, CQ read (\d+) "
+                  r"ns \+ (\d+) ns an entry \(x([\d.]+) from the other virtual socket.*?"
+                  r"moved every ([\d.e+]+) us with a (\d+) ns refill while they outnumber one "
+                  r"socket's (\d+) cores", line or "")
     if not m:
         return None
-    p, d, c, e, x, every, refill = (float(g) for g in m.groups())
+    p, d, c, e, x, every, refill, socket_cores = (float(g) for g in m.groups())
     return {"post_ns": p, "doorbell_ns": d, "cq_poll_ns": c, "cq_entry_ns": e,
-            "remote_factor": x, "rho": min(0.9, refill / (every * 1000))}
+            "remote_factor": x, "rho": min(0.9, refill / (every * 1000)),
+            "socket_cores": int(socket_cores)}
 
 
 def charged_ns(pt, theta):
-    return (theta["post_ns"] * pt["posts"] + theta["doorbell_ns"] * pt["doorbells"] +
-            theta["cq_poll_ns"] * pt["cq_reads"] + theta["cq_entry_ns"] * pt["cq_entries"])
+    f = (1 + theta["remote_factor"]) / 2 if pt["unpinned"] else 1.0
+    return (theta["cq_poll_ns"] * pt["cq_reads"] +
+            f * (theta["post_ns"] * pt["posts"] + theta["doorbell_ns"] * pt["doorbells"] +
+                 theta["cq_entry_ns"] * pt["cq_entries"]))
 
 
 def points(folder):
@@ -92,17 +99,18 @@ def points(folder):
         # link_gbps is the summed line rate of all the layout's NICs.
         line_mops = (runs[0]["link_gbps"] * 1e9 / (8 * runs[0]["page_size"]) / 1e6
                      if runs[0].get("link_gbps") else None)
+        unpinned = chapter in UNPINNED
         pt = {"folder": pathlib.Path(folder).name, "chapter": chapter, "threads": threads,
               "mops": mops, "measured_us": threads / mops, "line_mops": line_mops,
               "posts": med("post_calls"), "doorbells": med("doorbells"),
               "cq_reads": med("cq_reads"), "cq_entries": med("cq_entries"),
-              "unpinned": chapter in UNPINNED, "used": used}
+              "unpinned": unpinned,
+              # The simulated balancer moves busy unpinned threads only while
+              # they outnumber one virtual socket's cores.
+              "balanced": unpinned and threads > used["socket_cores"], "used": used}
         measured_ns = pt["measured_us"] * 1000
-        if pt["unpinned"]:
-            pt["real_ns"] = (measured_ns * (1 - used["rho"]) -
-                             charged_ns(pt, used) * (1 + used["remote_factor"]) / 2)
-        else:
-            pt["real_ns"] = measured_ns - charged_ns(pt, used)
+        keep = (1 - used["rho"]) if pt["balanced"] else 1.0
+        pt["real_ns"] = measured_ns * keep - charged_ns(pt, used)
         out.append(pt)
     return out
 
@@ -110,11 +118,10 @@ def points(folder):
 def predict_us(pt, theta):
     """A thread's time per WRITE under costs theta, no less than its share
     of the line allows."""
-    c = charged_ns(pt, theta)
-    if pt["unpinned"]:
-        t = (pt["real_ns"] + c * (1 + theta["remote_factor"]) / 2) / (1 - theta["rho"]) / 1000
-    else:
-        t = (pt["real_ns"] + c) / 1000
+    t = pt["real_ns"] + charged_ns(pt, theta)
+    if pt["balanced"]:
+        t /= 1 - theta["rho"]
+    t /= 1000
     if pt.get("line_mops"):
         t = max(t, pt["threads"] / pt["line_mops"])
     return t
@@ -154,7 +161,8 @@ def main():
           f"parameters: SIMNIC_POST_NS={theta['post_ns']} SIMNIC_CQ_POLL_NS={theta['cq_poll_ns']} "
           f"(the recording used {declared['post_ns']:g} and {declared['cq_poll_ns']:g}); declared: "
           f"doorbell {declared['doorbell_ns']:g} ns, CQ entry {declared['cq_entry_ns']:g} ns, "
-          f"x{declared['remote_factor']:g} from the other socket, rho {declared['rho']:.3f}; "
+          f"x{declared['remote_factor']:g} from the other socket (posts, doorbells, entries), "
+          f"rho {declared['rho']:.3f} while balanced; "
           f"rms log error {math.sqrt(err / n):.3f}")
     if args.markdown:
         print()
