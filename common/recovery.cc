@@ -88,6 +88,7 @@ TransferWatch::TransferWatch(Node& node, double stall_seconds, std::vector<uint8
   });
   thread_ = std::thread([this] {
     NameThisThread("watch-transfer");
+    MoveHelperThreadOffWriters();
     Watch();
   });
 }
@@ -249,6 +250,8 @@ void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<ui
 
 BusyAnswerer::BusyAnswerer(std::function<size_t()> tend) : tend_(std::move(tend)) {
   thread_ = std::thread([this] {
+    NameThisThread("busy-answerer");
+    MoveHelperThreadOffWriters();
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       lock.unlock();

@@ -89,6 +89,7 @@ ProviderWatchdog::ProviderWatchdog(std::string program, std::vector<Network*> ne
       policy_(std::move(policy)) {
   thread_ = std::thread([this] {
     NameThisThread("watchdog");
+    MoveHelperThreadOffWriters();
     Watch();
   });
 }

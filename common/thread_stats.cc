@@ -1,11 +1,13 @@
 #include "common/thread_stats.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/cpu_ticks.h"
@@ -24,6 +26,29 @@ ThreadUsage ThreadUsage::operator-(const ThreadUsage& earlier) const {
 void NameThisThread(const std::string& name) {
   // Only a name for people: a failure (a name too long) changes nothing else.
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+void MoveHelperThreadOffWriters() {
+  const char* list = std::getenv("TUTORIAL_HELPER_CPUS");
+  if (list == nullptr || *list == 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const char* p = list; *p != 0;) {
+    char* end = nullptr;
+    long first = std::strtol(p, &end, 10);
+    long last = first;
+    if (end == p || first < 0 || first >= CPU_SETSIZE) return;  // not a CPU list: stay
+    if (*end == '-') {
+      p = end + 1;
+      last = std::strtol(p, &end, 10);
+      if (end == p || last < first || last >= CPU_SETSIZE) return;
+    }
+    for (long cpu = first; cpu <= last; ++cpu) CPU_SET(static_cast<int>(cpu), &set);
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != 0) return;
+  }
+  // A failure (a CPU this process may not use) leaves the thread where it was.
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 ThreadUsage SampleThisThread() {

@@ -28,6 +28,14 @@ ThreadUsage SampleThisThread();
 // keeps 15 characters.
 void NameThisThread(const std::string& name);
 
+// Moves a helper thread (a watch, the front door's BUSY answerer) onto the
+// CPUs that TUTORIAL_HELPER_CPUS lists ("0,2,4-6"), when it is set: a helper
+// that wakes every millisecond on a writer's CPU preempts that writer each
+// time, and an unpinned writer it pushed aside may land on another writer's
+// CPU (tools/run_chapter.py sets it over simnic, where the writers have a
+// CPU each and nothing to spare). Unset: nothing moves.
+void MoveHelperThreadOffWriters();
+
 // The calling thread's kernel id (gettid), cached per thread and inline:
 // it is read on every provider call (CallMeter::Call, common/call_meter.h).
 inline int ThisThreadId() {
