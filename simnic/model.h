@@ -23,14 +23,14 @@ struct Model {
   // stands for, and tools/simnic_fit.py fits the defaults.
   // A call's charges are its whole length: simnic's own work runs inside
   // them (the call spins until it has taken what it charged).
-  uint32_t post_ns = 220;            // SIMNIC_POST_NS: the provider's software path per post
-  uint32_t doorbell_ns = 180;        // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
-  double remote_numa_factor = 3.25;  // SIMNIC_REMOTE_NUMA_FACTOR: what crosses the socket link:
-                                     // the descriptor, the doorbell, the completions the NIC wrote
-  uint32_t cq_poll_ns = 140;         // SIMNIC_CQ_POLL_NS: one fi_cq_read's software path (an
-                                     // unchanged ring line stays in the reader's cache)
-  uint32_t cq_entry_ns = 40;         // SIMNIC_CQ_ENTRY_NS: each completion it returns (a line
-                                     // the NIC wrote)
+  uint32_t post_ns = 240;         // SIMNIC_POST_NS: the provider's software path per post
+  uint32_t doorbell_ns = 200;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
+  double remote_numa_factor = 3;  // SIMNIC_REMOTE_NUMA_FACTOR: what crosses the socket link:
+                                  // the descriptor, the doorbell, the completions the NIC wrote
+  uint32_t cq_poll_ns = 130;      // SIMNIC_CQ_POLL_NS: one fi_cq_read's software path (an
+                                  // unchanged ring line stays in the reader's cache)
+  uint32_t cq_entry_ns = 40;      // SIMNIC_CQ_ENTRY_NS: each completion it returns (a line
+                                  // the NIC wrote)
   uint32_t first_contact_ns = 200000;  // SIMNIC_FIRST_CONTACT_NS: first WRITE of a NIC into a
                                        // remote region (EFA's handshake, address handle)
   uint32_t lock_line_ns = 150;         // SIMNIC_LOCK_LINE_NS: an FI_THREAD_SAFE lock last taken by
@@ -43,7 +43,7 @@ struct Model {
   // one now and then (to either socket), and it refills its cache after
   // each move.
   double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves while balancing
-  uint32_t refill_ns = 208000;  // SIMNIC_REFILL_NS: cold cache after a move
+  uint32_t refill_ns = 216000;  // SIMNIC_REFILL_NS: cold cache after a move
   // Virtual socket of each CPU the process may use (-1: not in its mask),
   // read once when the model is (the main thread, at fi_getinfo).
   std::vector<int16_t> cpu_socket;

@@ -350,9 +350,13 @@ def run_once(args, chapter, echo=True):
         if simnic and getattr(args, "simnic_engine_cpus", None) and \
                 not os.environ.get("TUTORIAL_HELPER_CPUS"):
             # The server's helper threads (its watches, the front door's BUSY
-            # answerer) wake every millisecond or so: beside the engines,
-            # off the writers' CPUs (common/thread_stats.h).
-            server_env["TUTORIAL_HELPER_CPUS"] = ",".join(map(str, args.simnic_engine_cpus))
+            # answerer) wake every millisecond or so: off the writers' CPUs
+            # (common/thread_stats.h), and off the engines' where CPUs are
+            # left over.
+            free = args.simnic_engine_cpus
+            engines = getattr(args, "simnic_engine_threads", None) or 1
+            spare = free[2 * engines:] or free
+            server_env["TUTORIAL_HELPER_CPUS"] = ",".join(map(str, spare))
         # Over simnic the server runs on its writers' CPUs and the client (its
         # poller) beside the engine threads, so that unpinned writers
         # (chapters 09-11) never take an engine's CPU.
