@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Builds what tools/time_laptop_checks.py runs on a machine without Bazel (a
-# GPU machine held to a laptop's cores with taskset): the chapters of the
-# workshop's two-hour plan, the exercise variants that edit the code (11.1's
+# GPU machine held to a laptop's cores with taskset): every chapter, the exercise variants that edit the code (11.1's
 # staged failure with and without the compare-exchange; 14.1's kBatchSize 1,
 # 4, 16 and 64), simnic's provider, the libraries they load that such a
 # machine may lack (lib/; libstdc++ and libgcc_s apart in lib2/), and ip, ps
@@ -18,9 +17,9 @@ fi
 trap 'git checkout -- "$s11" "$s14"' EXIT
 mkdir -p "$out"; out=$(cd "$out" && pwd); rm -rf "${out:?}"/{base,v11cas,v11store,v14b*,ts,lib,lib2,fb,fbreal,fblib}
 copy() { mkdir -p "$2"; install -m 755 "bazel-bin/chapters/$1/server" "bazel-bin/chapters/$1/client" "$2/"; }
-bazel build //chapters/{09_multinet,10_warmup,11_multithread,12_pin,14_batch,15_lazy,16_thread_domain}:all \
-  //simnic:libsimnic-fi.so
-for c in 09_multinet 10_warmup 11_multithread 12_pin 14_batch 16_thread_domain; do copy $c "$out/base/$c"; done
+bazel build //chapters/... //simnic:libsimnic-fi.so
+# Every chapter: the plan's steps and the simulated ladder (compare.py --bin-dir).
+for c in $(cd chapters && ls -d [0-9][0-9]_*); do copy $c "$out/base/$c"; done
 copy 15_lazy "$out/ts/w/chapters/15_lazy"  # as TEST_SRCDIR/TEST_WORKSPACE for the two-hosts test
 mkdir -p "$out/base/simnic"; install -m 755 bazel-bin/simnic/libsimnic-fi.so "$out/base/simnic/"
 # 11.1 and 14.1 as their checks edit them (docs/11_multithread.md, docs/14_batch.md).
