@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
-#include <malloc.h>
 #include <rdma/fabric.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -208,10 +207,6 @@ std::string RebuildNetworks(Node& node) {
                          "; restart the server");
     }
   });
-  // The closed endpoints' buffers (rxm's pools on tcp: megabytes) went back
-  // to malloc, which keeps them in its per-thread arenas: hand them to the
-  // system, or the server's RSS creeps up with every transfer.
-  malloc_trim(0);
   return "; rebuilt every endpoint" +
          (undrained > 0 ? " (" + std::to_string(undrained) + " operation(s) never completed)"
                         : std::string());
