@@ -7,6 +7,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "common/errors.h"
@@ -77,6 +78,7 @@ class RandomFillClient {
                                                  std::chrono::duration<double>(options_.timeout));
     constexpr double kFirstWait = 0.25, kLongestWait = 5.0;
     double wait = kFirstWait;
+    std::minstd_rand jitter(std::random_device{}());
     size_t expected = node_.num_gpus() * node_.nics_per_gpu();
     Clock::time_point start;
     for (int attempt = 1;; ++attempt) {
@@ -99,7 +101,10 @@ class RandomFillClient {
         throw RuntimeError("the server stayed busy for the whole --timeout (" +
                            FormatSeconds(options_.timeout) + " s): " + busy_reason_);
       }
-      double pause = std::min(wait, left);
+      // Jittered (0.5-1.5 x): clients told BUSY at the same moment must not
+      // ask again at the same moment, or they keep meeting (OwedFills).
+      double pause =
+          std::min(wait * std::uniform_real_distribution<double>(0.5, 1.5)(jitter), left);
       std::printf(
           "The server is busy (%s): asking again in %.2f s (attempt %d; giving up after "
           "--timeout %s s in all).\n",

@@ -271,6 +271,30 @@ BusyAnswerer::~BusyAnswerer() {
   thread_.join();
 }
 
+void OwedFills::Expire(TimePoint arrived) {
+  if (owed_ > 0 && arrived - last_added_ > std::chrono::duration<double>(kOwedSeconds)) owed_ = 0;
+}
+
+void OwedFills::Add(size_t clients) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_added_ = std::chrono::steady_clock::now();
+  owed_ += clients;
+}
+
+bool OwedFills::Take(TimePoint arrived) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Expire(arrived);
+  if (owed_ == 0) return false;
+  --owed_;
+  return true;
+}
+
+bool OwedFills::Any(TimePoint arrived) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Expire(arrived);
+  return owed_ > 0;
+}
+
 void StaleFileSweeper::Sweep() {
   // Long enough for any live peer to have read a name the dead process sent
   // (ours poll their endpoints every millisecond or so, busy machine or not).

@@ -154,6 +154,37 @@ class BusyAnswerer {
   std::thread thread_;
 };
 
+// Neither CONNECT nor RANDOM_FILL names its sender, so the server pairs a
+// RANDOM_FILL with the CONNECT before it. That is safe only while no other
+// client's RANDOM_FILL can be on its way: clients started at once can
+// interleave their messages (A's CONNECT, B's CONNECT, B's RANDOM_FILL,
+// A's RANDOM_FILL), and a client told BUSY still sends the RANDOM_FILL that
+// follows its CONNECT. This counts those RANDOM_FILLs still to come. While
+// any is owed, a CONNECT hears BUSY too, and a RANDOM_FILL that arrives is
+// one of them, dropped without a word (its client asks again). A client
+// stopped between its two messages never sends the second: the count is
+// forgotten once a message arrives more than kOwedSeconds after the last
+// client was added (judged by when the message arrived, not when it is
+// read: a server slow to read must not forget a RANDOM_FILL that came in
+// time). Thread-safe (the main loop and the BusyAnswerer both use it).
+class OwedFills {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  static constexpr double kOwedSeconds = 5.0;
+  // `clients` more clients were told BUSY after their CONNECT.
+  void Add(size_t clients = 1);
+  // A RANDOM_FILL that arrived at `arrived`: true when it is one of those owed.
+  bool Take(TimePoint arrived);
+  // Whether a message that arrived at `arrived` may meet an owed RANDOM_FILL.
+  bool Any(TimePoint arrived);
+
+ private:
+  void Expire(TimePoint arrived);
+  std::mutex mutex_;
+  size_t owed_ = 0;
+  TimePoint last_added_{};
+};
+
 // shm: removes the /dev/shm files of processes of this user that died
 // (SIGKILL leaves them), including clients killed before they said who they
 // are. Only safe once every name such a process sent was taken (bug B): call

@@ -23,24 +23,25 @@ namespace {
 
 bool IsTransmit(const RdmaOp* op) { return op->type != OpType::kRecv; }
 
-// A provider's pools (tcp's: about 80 MiB per endpoint) are large blocks
+}  // namespace
+
+// A provider's pools (rxm's over tcp in libfabric 1.17: about 80 MiB per
+// endpoint) are large blocks
 // that glibc's malloc maps on their own, and a closed endpoint unmaps them.
 // But glibc raises its mmap threshold to the size of every mapped block
 // freed (up to 32 MiB), so the first rebuild moved the new endpoints' pools
 // into the heap, where freed blocks stay resident and fragment: the
-// server's RSS rose by 7-50% after its first rebuilds, and malloc_trim did
+// server's RSS rose by 7-17% after its first rebuilds, and malloc_trim did
 // not give it back (issue 24; measured with malloc_info). A threshold set
 // once, at glibc's default, stays put: every large block stays a mapping
 // of its own and goes back to the system when freed. Set before the first
 // close; harmless for providers whose pools are small (shm) or pinned (efa).
-void KeepLargeBlocksMapped() {
+void Recovery::KeepLargeBlocksMapped() {
 #if defined(__GLIBC__)
   static const bool once = [] { return mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1; }();
   (void)once;
 #endif
 }
-
-}  // namespace
 
 void Recovery::ResetEndpoint(Network& net, bool keep_address) {
   if (keep_address) {

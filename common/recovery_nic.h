@@ -79,6 +79,9 @@ class Recovery {
   static fid_eq* EventQueueForTesting(Network& net) { return net.eq_.get(); }
 
  private:
+  // Pins glibc's mmap threshold before the first endpoint closes (why:
+  // recovery_nic.cc).
+  static void KeepLargeBlocksMapped();
   // Closes the endpoint and opens a new one (at `address` when given).
   static void Reopen(Network& net, const std::vector<uint8_t>* address);
 };

@@ -123,6 +123,8 @@ constexpr double kStallSeconds = 10.0;
 constexpr double kNoticeSeconds = 10.0;
 constexpr double kRejectSeconds = 2.0;
 constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
+// Why clients whose messages interleaved hear BUSY (OwedFills).
+constexpr char kClientsAtOnce[] = "sorting out requests of clients that came at once";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -229,7 +231,8 @@ class RandomFillServer {
   std::optional<std::vector<uint8_t>> TakeMessage() {
     std::lock_guard<std::mutex> lock(mailbox_mutex_);
     if (mailbox_.empty()) return std::nullopt;
-    std::vector<uint8_t> message = std::move(mailbox_.front());
+    std::vector<uint8_t> message = std::move(mailbox_.front().bytes);
+    taken_arrived_ = mailbox_.front().arrived;
     mailbox_.pop_front();
     return message;
   }
@@ -244,7 +247,7 @@ class RandomFillServer {
       MessageType type = PeekMessageType(message.data(), message.size());
       if (type == MessageType::kRandomFill) {
         DecodeRandomFill(message.data(), message.size());
-        if (TakeBusyFill()) return;  // its CONNECT heard BUSY
+        if (owed_fills_.Take(taken_arrived_)) return;  // its CONNECT heard BUSY
         throw ProtocolError("RANDOM_FILL before CONNECT");
       }
       if (type == MessageType::kCancel) {
@@ -258,8 +261,8 @@ class RandomFillServer {
       }
       if (type != MessageType::kConnect) throw ProtocolError("unexpected message while busy");
       ConnectMessage connect = DecodeConnect(message.data(), message.size());
+      owed_fills_.Add();  // the RANDOM_FILL that follows it goes unanswered
       std::string note = SendReply(connect.nic_addresses[0], Encode(BusyMessage{what}), false);
-      ++busy_fills_;  // the RANDOM_FILL that follows it goes unanswered
       std::printf("A client arrived while the server was %s: told it to wait (BUSY)%s.\n",
                   what.c_str(), note.c_str());
       std::fflush(stdout);
@@ -269,12 +272,19 @@ class RandomFillServer {
     }
   }
 
-  // Whether a RANDOM_FILL is the one that follows a CONNECT answered BUSY.
-  bool TakeBusyFill() {
-    size_t pending = busy_fills_.load();
-    while (pending > 0 && !busy_fills_.compare_exchange_weak(pending, pending - 1)) {
+  // Clients whose CONNECT may be paired with another's RANDOM_FILL (one
+  // was pending, or another client's RANDOM_FILL is still owed) all hear
+  // BUSY and ask again (common/recovery.h, OwedFills). Returns a note.
+  std::string TellBusyBeforePairing(const ConnectMessage& connect) {
+    std::string notes;
+    if (connect_) {
+      owed_fills_.Add();
+      notes += SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
+      connect_.reset();
     }
-    return pending > 0;
+    owed_fills_.Add();
+    notes += SendReply(connect.nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
+    return notes;
   }
 
   void PostReceives() {
@@ -287,7 +297,7 @@ class RandomFillServer {
                          [this, slot, buf](Network&, RdmaOp& op) {
                            std::unique_lock<std::mutex> lock(mailbox_mutex_);
                            if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
-                             mailbox_.emplace_back(buf, buf + op.received);
+                             mailbox_.push_back(Received::Now(buf, op.received));
                            } else if (op.ok()) {
                              ++dropped_;
                              std::fprintf(stderr,
@@ -309,20 +319,30 @@ class RandomFillServer {
   // the sender of a decodable CONNECT hears why in a REJECT.
   std::optional<bool> HandleMessage(const std::vector<uint8_t>& message) {
     std::optional<ConnectMessage> reply_to;
+    bool is_connect = false;
     try {
       MessageType type = PeekMessageType(message.data(), message.size());
       if (type == MessageType::kConnect) {
         ConnectMessage connect = DecodeConnect(message.data(), message.size());
         reply_to = connect;
+        is_connect = true;
         CheckConnectFitsServer(connect, Layout());
         CheckClientAddresses(connect);
-        if (connect_) {
+        if (connect_ && taken_arrived_ - connect_since_ >
+                            std::chrono::duration<double>(OwedFills::kOwedSeconds)) {
           ++dropped_;
           std::fprintf(stderr,
                        "server: dropped a message: a CONNECT that no RANDOM_FILL followed "
                        "(a newer CONNECT replaces it)\n");
+          connect_.reset();
+        }
+        if (connect_ || owed_fills_.Any(taken_arrived_)) {
+          std::string notes = TellBusyBeforePairing(connect);
+          std::printf("Clients came at once: told them to wait (BUSY)%s.\n", notes.c_str());
+          return std::nullopt;
         }
         connect_ = std::move(connect);
+        connect_since_ = taken_arrived_;
         std::printf("Received CONNECT: %u GPU(s) x %u NIC(s), %u buffer(s) per GPU.\n",
                     connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
         return std::nullopt;
@@ -337,7 +357,8 @@ class RandomFillServer {
         connect_.reset();
       }
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
-      if (!reply_to && TakeBusyFill()) return std::nullopt;  // its CONNECT heard BUSY
+      if (!reply_to && owed_fills_.Take(taken_arrived_))
+        return std::nullopt;  // its CONNECT heard BUSY
       if (!reply_to) throw ProtocolError("RANDOM_FILL before CONNECT");
       CheckRequestFits(request, *reply_to, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
@@ -349,6 +370,16 @@ class RandomFillServer {
       // one: make the NICs whole before anything else uses them.
       std::string notes = Recover(/*always=*/false);
       if (reply_to) notes += SendReject(*reply_to, e.what());
+      // Its RANDOM_FILL may still come, and must not meet another's CONNECT.
+      if (is_connect && (connect_ || owed_fills_.Any(taken_arrived_))) {
+        if (connect_) {
+          owed_fills_.Add();
+          notes +=
+              SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
+          connect_.reset();
+        }
+        owed_fills_.Add();
+      }
       notes += Recover(/*always=*/false);
       std::fprintf(stderr, "server: dropped a message: %s%s\n", e.what(), notes.c_str());
       return std::nullopt;
@@ -776,14 +807,26 @@ class RandomFillServer {
   MemoryRegion reply_region_;
   std::atomic<bool> busy_{false};           // CONNECTs hear BUSY...
   std::atomic<const char*> busy_what_{""};  // ...and why
-  std::atomic<size_t> busy_fills_{0};       // RANDOM_FILLs of clients told BUSY, still to come
+  OwedFills owed_fills_;                    // RANDOM_FILLs of clients told BUSY, still to come
   std::mutex watch_mutex_;                  // the front door's thread ends a transfer a client left
   TransferWatch* watch_ = nullptr;
   uint32_t serving_context_ = 0;
   bool client_left_ = false;
   std::mutex mailbox_mutex_;  // the mailbox is filled by whoever polls the front door
-  std::deque<std::vector<uint8_t>> mailbox_;
+  struct Received {
+    std::vector<uint8_t> bytes;
+    Clock::time_point arrived;
+    static Received Now(const char* data, size_t length) {
+      return {std::vector<uint8_t>(data, data + length), Clock::now()};
+    }
+  };
+  std::deque<Received> mailbox_;
+  // When the message last taken arrived (OwedFills); only the thread that
+  // reads the front door's messages (the main loop, or the BusyAnswerer
+  // while it runs) uses it.
+  Clock::time_point taken_arrived_{};
   std::optional<ConnectMessage> connect_;
+  Clock::time_point connect_since_{};
   size_t served_ = 0;
   size_t failed_ = 0;
   std::atomic<size_t> dropped_{0};
