@@ -59,7 +59,7 @@ def checks(ex, d):
                 f"python3 tools/run_chapter.py {chapter} --bin-dir {d / 'base'} --provider {provider}"]
     steps["ladder simnic"] = [
         f"python3 tools/compare.py --provider simnic --repeat 50 --bin-dir {d / 'base'} "
-        "--out \"$(mktemp -d)\" --no-docs"]
+        "--out \"$(mktemp -d --suffix=-simnic)\" --no-docs"]
     return steps
 
 
