@@ -272,27 +272,30 @@ BusyAnswerer::~BusyAnswerer() {
 }
 
 void OwedFills::Expire(TimePoint arrived) {
-  if (owed_ > 0 && arrived - last_added_ > std::chrono::duration<double>(kOwedSeconds)) owed_ = 0;
+  while (!owed_since_.empty() &&
+         arrived - owed_since_.front() > std::chrono::duration<double>(kOwedSeconds))
+    owed_since_.pop_front();
 }
 
 void OwedFills::Add(size_t clients) {
   std::lock_guard<std::mutex> lock(mutex_);
-  last_added_ = std::chrono::steady_clock::now();
-  owed_ += clients;
+  owed_since_.insert(owed_since_.end(), clients, std::chrono::steady_clock::now());
 }
 
 bool OwedFills::Take(TimePoint arrived) {
   std::lock_guard<std::mutex> lock(mutex_);
   Expire(arrived);
-  if (owed_ == 0) return false;
-  --owed_;
+  if (owed_since_.empty()) return false;
+  // A RANDOM_FILL names no sender: it pays the newest debt, so that the
+  // oldest (most likely a client that died) keeps its own deadline.
+  owed_since_.pop_back();
   return true;
 }
 
 bool OwedFills::Any(TimePoint arrived) {
   std::lock_guard<std::mutex> lock(mutex_);
   Expire(arrived);
-  return owed_ > 0;
+  return !owed_since_.empty();
 }
 
 void StaleFileSweeper::Sweep() {

@@ -42,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -185,8 +186,10 @@ class OwedFills {
  private:
   void Expire(TimePoint arrived);
   std::mutex mutex_;
-  size_t owed_ = 0;
-  TimePoint last_added_{};
+  // When each owed RANDOM_FILL was added, oldest first. Each expires on its
+  // own: a client that died after its CONNECT must not be kept owed by the
+  // retries of a live one (one count with one clock would be, forever).
+  std::deque<TimePoint> owed_since_;
 };
 
 // shm: removes the /dev/shm files of processes of this user that died
