@@ -276,15 +276,20 @@ class RandomFillServer {
   // was pending, or another client's RANDOM_FILL is still owed) all hear
   // BUSY and ask again (common/recovery.h, OwedFills). Returns a note.
   std::string TellBusyBeforePairing(const ConnectMessage& connect) {
-    std::string notes;
-    if (connect_) {
-      owed_fills_.Add();
-      notes += SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
-      connect_.reset();
-    }
+    std::string notes = TellPendingConnectBusy();
     owed_fills_.Add();
     notes += SendReply(connect.nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
     return notes;
+  }
+
+  // The pending CONNECT, if any, hears BUSY; its RANDOM_FILL is owed.
+  std::string TellPendingConnectBusy() {
+    if (!connect_) return "";
+    owed_fills_.Add();
+    std::string note =
+        SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
+    connect_.reset();
+    return note;
   }
 
   void PostReceives() {
@@ -372,12 +377,7 @@ class RandomFillServer {
       if (reply_to) notes += SendReject(*reply_to, e.what());
       // Its RANDOM_FILL may still come, and must not meet another's CONNECT.
       if (is_connect && (connect_ || owed_fills_.Any(taken_arrived_))) {
-        if (connect_) {
-          owed_fills_.Add();
-          notes +=
-              SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
-          connect_.reset();
-        }
+        notes += TellPendingConnectBusy();
         owed_fills_.Add();
       }
       notes += Recover(/*always=*/false);
