@@ -53,6 +53,15 @@ class CallMeter {
     End(kind, flags, ret, start);
     return ret;
   }
+  // A post refused before it reached the provider (its transmit queue
+  // holds the depth it advertised): counted as the provider's -FI_EAGAIN
+  // at that depth would be, without a call for the watchdogs to see.
+  void Refused() {
+#ifndef TUTORIAL_NO_COUNTERS
+    Bump(c_.post_calls);
+    Bump(c_.eagain);
+#endif
+  }
   // An operation context handed out: `allocated` when that took the heap
   // (the series' `new RdmaOp`, or a new chunk of chapter 17's pool).
   void OpCreated(bool is_write, bool allocated) {

@@ -220,7 +220,9 @@ class alignas(64) Network {
 
   // The series' posting discipline: the operation joins the NIC's pending
   // queue, and the queue is posted at once, in order, until the provider
-  // answers -FI_EAGAIN; the rest waits for the next PollCompletion().
+  // answers -FI_EAGAIN (or its transmit queue holds the depth it advertised,
+  // where efa answers so itself; see Submit); the rest waits for the next
+  // PollCompletion().
   void PostRecv(void* buf, size_t length, void* desc, OpCallback callback);
   void PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
   void PostWrite(const RdmaWrite& write, OpCallback callback);

@@ -1,15 +1,17 @@
 // Buffers, Network and NetworkGroup against the real shm provider: two
 // endpoints in this process talk to each other, no mock in between.
+#include "common/network.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "common/buffer.h"
 #include "common/errors.h"
-#include "common/network.h"
 #include "common/network_group.h"
 
 namespace tutorial {
@@ -190,6 +192,69 @@ TEST_F(ShmPairTest, NetworkGroupGoesRoundRobin) {
   ASSERT_TRUE(PollUntil([&] { return done == 64; }));
   EXPECT_FALSE(group.Backlogged(64));
 }
+
+// The provider's transmit queue depth (tx_attr->size) bounds the transmits
+// a Network hands it; the rest wait in its own queue. efa refuses beyond
+// that depth itself; tcp would take every post and keep an entry for each
+// (a peer that stops reading would hold a whole transfer's WRITEs). Fails
+// without the bound in Network::Submit.
+class QueueDepthTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QueueDepthTest, NoMoreTransmitsWithTheProviderThanItsDepth) {
+  constexpr size_t kDepth = 8, kWrites = 100, kPage = 64;
+  const std::string provider = GetParam();
+  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
+  infos[0]->tx_attr->size = kDepth;  // what a provider with a shallow queue advertises
+  Network a(*infos[0]), b(*infos[0]);
+  Buffer a_buf = Buffer::Allocate(MemoryKind::kHost, -1, kWrites * kPage);
+  Buffer b_buf = Buffer::Allocate(MemoryKind::kHost, -1, kWrites * kPage);
+  MemoryRegion a_mr = a.Register(a_buf), b_mr = b.Register(b_buf);
+  fi_addr_t b_in_a = a.AddPeer(b.address());
+  b.AddPeer(a.address());
+  auto* source = static_cast<uint8_t*>(a_buf.data());
+  for (size_t i = 0; i < kWrites * kPage; ++i) source[i] = static_cast<uint8_t>(i / kPage + 1);
+
+  size_t done = 0;
+  auto write = [&](size_t i) {
+    RdmaWrite w;
+    w.local = source + i * kPage;
+    w.length = kPage;
+    w.local_desc = a_mr.desc();
+    w.peer = b_in_a;
+    w.remote_addr = b_mr.remote_addr() + i * kPage;
+    w.remote_key = b_mr.key();
+    a.PostWrite(w, [&](Network&, RdmaOp& op) {
+      EXPECT_TRUE(op.ok()) << op.error_message;
+      ++done;
+    });
+  };
+  auto poll_until_done = [&](size_t want) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (done < want && std::chrono::steady_clock::now() < deadline) {
+      a.PollCompletion();
+      b.PollCompletion();
+    }
+    return done == want;
+  };
+  // One WRITE first: tcp sets its connection up on the first post.
+  write(0);
+  ASSERT_TRUE(poll_until_done(1));
+
+  uint64_t refused_before = a.meter().counters().eagain;
+  for (size_t i = 1; i < kWrites; ++i) write(i);
+  // Posted without a poll between them: the provider holds kDepth, our
+  // queue the rest (more, if the provider refused some earlier itself).
+  EXPECT_GE(a.pending(), kWrites - 1 - kDepth);
+  EXPECT_GE(a.meter().counters().eagain - refused_before, kWrites - 1 - kDepth);
+  EXPECT_EQ(a.outstanding_transmits(), kWrites - 1);
+
+  ASSERT_TRUE(poll_until_done(kWrites));
+  EXPECT_EQ(a.pending(), 0u);
+  EXPECT_EQ(std::memcmp(a_buf.data(), b_buf.data(), kWrites * kPage), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, QueueDepthTest, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace tutorial
