@@ -56,11 +56,12 @@ class CallMeter {
   // A post refused before it reached the provider (its transmit queue
   // holds the depth it advertised): counted as the provider's -FI_EAGAIN
   // at that depth would be, without a call for the watchdogs to see.
-  void Refused() {
+  ssize_t Refused() {
 #ifndef TUTORIAL_NO_COUNTERS
     Bump(c_.post_calls);
     Bump(c_.eagain);
 #endif
+    return -FI_EAGAIN;
   }
   // An operation context handed out: `allocated` when that took the heap
   // (the series' `new RdmaOp`, or a new chunk of chapter 17's pool).

@@ -399,17 +399,8 @@ ssize_t Network::PostToProvider(RdmaOp* op, uint64_t more_flag) {
 }
 
 ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
-  // The transmit queue holds tx_attr->size operations, the depth the
-  // provider advertised. efa refuses the next one itself (efa_rdm_ope.c:
-  // efa_outstanding_tx_ops == efa_max_outstanding_tx_ops, set from
-  // tx_attr->size in efa_rdm_ep_fiops.c); tcp takes every post and keeps an
-  // entry for each until it completes, so a peer that stops reading would
-  // hold all of a transfer's WRITEs. Here every provider refuses there.
-  // (Transmits recovery detached wait for nobody and do not count.)
-  if (op->type != OpType::kRecv && posted_transmits_ - detached_ >= tx_depth_) {
-    meter_.Refused();
-    return -FI_EAGAIN;
-  }
+  if (op->type != OpType::kRecv && posted_transmits_ - detached_ >= tx_depth_)
+    return meter_.Refused();  // the queue depth it advertised (tx_depth_)
   ssize_t ret = PostToProvider(op, more_flag);
   if (ret == -FI_EAGAIN) return ret;
   if (ret < 0) {

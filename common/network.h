@@ -220,9 +220,7 @@ class alignas(64) Network {
 
   // The series' posting discipline: the operation joins the NIC's pending
   // queue, and the queue is posted at once, in order, until the provider
-  // answers -FI_EAGAIN (or its transmit queue holds the depth it advertised,
-  // where efa answers so itself; see Submit); the rest waits for the next
-  // PollCompletion().
+  // answers -FI_EAGAIN; the rest waits for the next PollCompletion().
   void PostRecv(void* buf, size_t length, void* desc, OpCallback callback);
   void PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
   void PostWrite(const RdmaWrite& write, OpCallback callback);
@@ -308,7 +306,14 @@ class alignas(64) Network {
   RdmaOp* live_ = nullptr;  // every op not yet given back (Link/Unlink)
   std::deque<RdmaOp*> pending_;
   std::deque<RdmaOp*> failed_;  // failed before the provider took them
-  size_t tx_depth_ = 0;         // the provider's transmit queue size
+  // The provider's transmit queue depth (tx_attr->size). Submit hands it no
+  // more transmits than that at once: efa answers -FI_EAGAIN there itself
+  // (efa_rdm_ope.c: efa_outstanding_tx_ops == efa_max_outstanding_tx_ops,
+  // set from tx_attr->size in efa_rdm_ep_fiops.c), but tcp takes every post
+  // and keeps an entry for each until it completes, so a client that stops
+  // reading would hold a whole transfer's WRITEs there. Transmits recovery
+  // detached wait for nobody and do not count.
+  size_t tx_depth_ = 0;
   size_t outstanding_ = 0;
   size_t outstanding_recvs_ = 0;
   size_t posted_transmits_ = 0;
