@@ -419,8 +419,9 @@ def render_simulated(repo, chapter, prefix):
     if not sims:
         return ""
     lines = ["", "Simulated, not measured on a NIC (`simnic`): numbers of a simulated NIC "
-             "whose per-WRITE CPU cost is set to look like EFA's; compare them with each "
-             "other, not with the rows above.", "",
+             "that charges the calling thread for what a NIC and a CPU would cost (posts, "
+             "doorbells, CQ reads, the other socket, moves between cores, first contact; "
+             "[simnic](simnic.md)); compare them with each other, not with the rows above.", "",
              "| simulated (simnic) | layout | Gbps (simulated) | Mops/s (simulated) | runs "
              "| vs previous chapter |", "|---|---|---:|---:|---:|---:|"]
     for rec in sims:
