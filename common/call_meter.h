@@ -40,7 +40,24 @@ struct NetworkCounters {
 };
 
 // The provider calls a Network makes, as the meter tells them apart.
-enum class ProviderCall { kRecv, kSend, kWrite, kCqRead, kOther };
+enum class ProviderCall : uint8_t { kRecv, kSend, kWrite, kCqRead, kCqReadErr };
+
+// The libfabric function of each kind, for the watchdogs' messages.
+inline const char* ProviderCallName(ProviderCall kind) {
+  switch (kind) {
+    case ProviderCall::kRecv:
+      return "fi_recv";
+    case ProviderCall::kSend:
+      return "fi_send";
+    case ProviderCall::kWrite:
+      return "fi_writemsg";
+    case ProviderCall::kCqRead:
+      return "fi_cq_read";
+    case ProviderCall::kCqReadErr:
+      return "fi_cq_readerr";
+  }
+  return "a provider call";
+}
 
 class CallMeter {
  public:
@@ -48,7 +65,7 @@ class CallMeter {
   // are a post's flags (FI_MORE: no doorbell).
   template <typename F>
   ssize_t Call(ProviderCall kind, F&& call, uint64_t flags = 0) {
-    uint64_t start = Begin();
+    uint64_t start = Begin(kind);
     ssize_t ret = call();
     End(kind, flags, ret, start);
     return ret;
@@ -85,10 +102,12 @@ class CallMeter {
 
   // For the watchdogs: provider calls begun and finished (a thread inside
   // one has started != finished; a pair frozen so means it is stuck there)
-  // and the thread that made the latest call (a kernel thread id).
+  // and the thread that made the latest call (a kernel thread id), and
+  // which call that was.
   uint64_t started() const { return started_.load(kRelaxed); }
   uint64_t finished() const { return finished_.load(kRelaxed); }
   int caller() const { return caller_tid_.load(kRelaxed); }
+  ProviderCall latest_call() const { return static_cast<ProviderCall>(kind_.load(kRelaxed)); }
 
  private:
   static constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
@@ -103,12 +122,13 @@ class CallMeter {
     counter.store(counter.load(kRelaxed) + by, kRelaxed);
   }
 
-  uint64_t Begin() {
+  uint64_t Begin(ProviderCall kind) {
     uint64_t start = 0;
 #ifndef TUTORIAL_NO_COUNTERS
     if (started_.load(kRelaxed) % kTimedCallEvery == 0) start = ReadTicks();
 #endif
     caller_tid_.store(ThisThreadId(), kRelaxed);
+    kind_.store(static_cast<uint8_t>(kind), kRelaxed);
     Bump(started_);
     return start;
   }
@@ -139,7 +159,7 @@ class CallMeter {
         if (ret == -FI_EAGAIN) Bump(c_.cq_empty_reads);
         if (ret > 0) Bump(c_.cq_entries, static_cast<uint64_t>(ret));
         break;
-      case ProviderCall::kOther:
+      case ProviderCall::kCqReadErr:
         break;
     }
 #else
@@ -154,6 +174,7 @@ class CallMeter {
   std::atomic<uint64_t> started_{0};
   std::atomic<uint64_t> finished_{0};
   std::atomic<int> caller_tid_{0};
+  std::atomic<uint8_t> kind_{0};
   struct {
     std::atomic<uint64_t> writes{0}, post_calls{0}, doorbells{0}, eagain{0}, cq_reads{0},
         cq_empty_reads{0}, cq_entries{0}, provider_ticks{0}, op_allocations{0},

@@ -528,7 +528,7 @@ void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
 void Network::HandleErrorCompletion() {
   fi_cq_err_entry err{};
   ssize_t ret =
-      meter_.Call(ProviderCall::kOther, [&] { return fi_cq_readerr(cq_.get(), &err, 0); });
+      meter_.Call(ProviderCall::kCqReadErr, [&] { return fi_cq_readerr(cq_.get(), &err, 0); });
   if (ret == -FI_EAGAIN) return;
   CheckFabric(ret, "fi_cq_readerr");
   // shm 1.17 reports some errors negated (-FI_ETRUNC); callers compare

@@ -1,5 +1,8 @@
 #include "common/shutdown.h"
 
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -13,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
+#include "common/call_meter.h"
 #include "common/network.h"
 #include "common/thread_stats.h"
 
@@ -35,6 +40,109 @@ void WriteLine(int fd, const std::string& line) {
     done += static_cast<size_t>(n);
   }
 }
+
+// Where a stuck thread is, for the line that reports it (instrumentation:
+// it only runs when the watchdog is about to end the process). The kernel's
+// view needs nothing of the thread; its stack needs it to take a signal,
+// which it does within microseconds unless it spins in code that never
+// enters the kernel (or, under ThreadSanitizer, the sanitizer's runtime).
+constexpr int kMaxStackFrames = 32;
+std::atomic<int> g_stack_thread{0};  // the thread asked for its stack
+std::atomic<int> g_stack_depth{-1};  // frames it wrote, -1 until it has
+void* g_stack[kMaxStackFrames];
+
+extern "C" void OnStackRequest(int) {
+  int saved_errno = errno;  // a handler must leave errno as it found it
+  if (static_cast<int>(syscall(SYS_gettid)) == g_stack_thread.load(std::memory_order_acquire)) {
+    // Safe in a handler once the unwinder is loaded (DescribeStuckThread).
+    int depth = backtrace(g_stack, kMaxStackFrames);
+    g_stack_depth.store(depth, std::memory_order_release);
+  }
+  errno = saved_errno;
+}
+
+int StackRequestSignal() { return SIGRTMIN + 5; }
+
+std::string FirstLineOf(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// "name+0x1a (lib)", or "lib+0x1234" without a symbol: enough for addr2line.
+std::string DescribeFrame(void* pc) {
+  char text[200];
+  Dl_info info{};
+  if (dladdr(pc, &info) == 0 || info.dli_fname == nullptr) {
+    std::snprintf(text, sizeof(text), "%p", pc);
+    return text;
+  }
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const char* lib = slash != nullptr ? slash + 1 : info.dli_fname;
+  if (info.dli_sname == nullptr || info.dli_saddr == nullptr) {
+    std::snprintf(
+        text, sizeof(text), "%s+%#lx", lib,
+        static_cast<unsigned long>(static_cast<char*>(pc) - static_cast<char*>(info.dli_fbase)));
+    return text;
+  }
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled != nullptr ? demangled : info.dli_sname;
+  std::free(demangled);
+  if (name.size() > 120) name = name.substr(0, 117) + "...";
+  std::snprintf(
+      text, sizeof(text), "+%#lx (%s)",
+      static_cast<unsigned long>(static_cast<char*>(pc) - static_cast<char*>(info.dli_saddr)), lib);
+  return name + text;
+}
+
+}  // namespace
+
+std::string DescribeStuckThread(int tid) {
+  if (tid <= 0) return "no thread known";
+  const std::string task = "/proc/self/task/" + std::to_string(tid) + "/";
+  std::string stat = FirstLineOf(task + "stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size())
+    return "thread " + std::to_string(tid) + " is gone";
+  std::string where = "thread " + std::to_string(tid) + " (" + FirstLineOf(task + "comm") +
+                      "): state " + stat[close + 2];
+  std::string wchan = FirstLineOf(task + "wchan");
+  if (!wchan.empty() && wchan != "0") where += ", waits in " + wchan;
+  // "running", or the system call's number, arguments, stack and pc.
+  std::string syscall_line = FirstLineOf(task + "syscall");
+  if (!syscall_line.empty() && syscall_line != "running" && syscall_line != "-1")
+    where += ", system call " + syscall_line.substr(0, syscall_line.find(' '));
+  // Its stack, from a handler that runs on that thread. backtrace() loads
+  // the unwinder at its first call: here, not in the handler.
+  void* warm_up[1];
+  backtrace(warm_up, 1);
+  struct sigaction action {};
+  action.sa_handler = OnStackRequest;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  g_stack_depth.store(-1, std::memory_order_relaxed);
+  g_stack_thread.store(tid, std::memory_order_release);
+  if (sigaction(StackRequestSignal(), &action, nullptr) != 0 ||
+      syscall(SYS_tgkill, getpid(), tid, StackRequestSignal()) != 0) {
+    return where + "; no stack (it could not be signalled)";
+  }
+  int depth = -1;
+  for (int waited_ms = 0; waited_ms < 1000; waited_ms += 10) {
+    depth = g_stack_depth.load(std::memory_order_acquire);
+    if (depth >= 0) break;
+    usleep(10000);
+  }
+  if (depth < 0) return where + "; no stack (it took no signal within 1 s)";
+  where += "; stack:";
+  // Frame 0 is the handler itself.
+  for (int i = 1; i < depth; ++i)
+    where += std::string(i == 1 ? " " : " < ") + DescribeFrame(g_stack[i]);
+  return where;
+}
+
+namespace {
 
 int RestartsSoFar() {
   const char* value = std::getenv(kRestartCountVariable);
@@ -140,24 +248,29 @@ void ProviderWatchdog::EndStuck(size_t index) {
                              ? info.fabric_attr->prov_name
                              : "unknown";
   const bool shm = std::strcmp(provider, "shm") == 0;
+  const CallMeter& meter = networks_[index]->meter();
   char what[400];
   std::snprintf(what, sizeof(what),
-                "NIC %zu (%s, provider %s) has been stuck inside one libfabric call for %.0f s "
-                "(%s)",
-                index, networks_[index]->name().c_str(), provider, stuck_seconds_,
+                "NIC %zu (%s, provider %s) has been stuck inside one libfabric call (%s) for "
+                "%.0f s (%s)",
+                index, networks_[index]->name().c_str(), provider,
+                ProviderCallName(meter.latest_call()), stuck_seconds_,
                 shm ? "shm spins forever on a lock held by a peer that died or stopped, or on a "
                       "message longer than its receive"
-                    : "the provider did not return while its thread was running");
+                    : "the provider did not return; its thread ran or slept, it was not "
+                      "waiting for a core");
+  // Where that thread is, on the same line (one line per error).
+  const std::string where = " [" + DescribeStuckThread(meter.caller()) + "]";
   int restarts = RestartsSoFar();
   bool restart =
       !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;
   if (!restart) {
-    WriteLine(STDERR_FILENO, program_ + ": error: " + what + "; exiting\n");
+    WriteLine(STDERR_FILENO, program_ + ": error: " + what + where + "; exiting\n");
     for (Network* net : networks_) UnlinkProviderFiles(*net);
     if (policy_.before_exit) policy_.before_exit();
     _exit(1);
   }
-  WriteLine(STDERR_FILENO, program_ + ": error: " + what +
+  WriteLine(STDERR_FILENO, program_ + ": error: " + what + where +
                                "; restarting in place (same process id and address, restart " +
                                std::to_string(restarts + 1) + " of at most " +
                                std::to_string(StuckPolicy::kMaxRestarts) + ")\n");

@@ -55,6 +55,14 @@ struct StuckPolicy {
   static constexpr int kMaxRestarts = 5;
 };
 
+// What the watchdog says of a stuck thread of this process (a kernel thread
+// id), on one line: its name, its state, what it waits in, its system call
+// and its stack (innermost first) when it takes a signal within 1 s, e.g.
+// "thread 1234 (writer-g0): state S, waits in futex_wait_queue, system call
+// 202; stack: f+0x1c (lib.so) < g+0x40 (lib.so) < ...". Instrumentation:
+// slow (it waits for the thread), for a process about to end.
+std::string DescribeStuckThread(int tid);
+
 class ProviderWatchdog {
  public:
   // Watches `networks` (which must outlive it) from a thread of its own.
