@@ -114,20 +114,27 @@ const char* ProviderErrorText(int prov_errno);
 
 // ---------------------------------------------------------------------------
 // The FI_THREAD_SAFE lock of an endpoint's post path and of a CQ. Never a
-// wait without bound: a caller that cannot take it within kLockSpinNs
-// answers -FI_EAGAIN (its holder may be a thread that got no core), as a
-// full queue does. It remembers who took it last: a lock taken from another
-// thread costs its cache line's move (Model::lock_line_ns).
+// wait without bound: a caller that cannot take it within kLockSpinNs, or
+// within kLockSpinRounds rounds of tries, answers -FI_EAGAIN (its holder may
+// be a thread that got no core), as a full queue does. The count bounds the
+// wait where the clock cannot: a sanitizer or a crowded core can make each
+// try, and each reading of the clock, take far longer than on a quiet
+// machine. It remembers who took it last: a lock taken from another thread
+// costs its cache line's move (Model::lock_line_ns).
 struct BoundedLock {
   static constexpr uint64_t kLockSpinNs = 20000;
+  // Rounds of 64 tries: 80 us or more of pauses, so that on a quiet core
+  // the clock ends the wait first.
+  static constexpr int kLockSpinRounds = 256;
   std::atomic<bool> held{false};
   int last_tid = 0;  // under the lock
   int last_socket = -1;
-  // True once held; false after `spin_ns` of trying.
+  // True once held; false after `spin_ns` of trying (a deadline fixed at
+  // the first refusal) or kLockSpinRounds rounds, whichever comes first.
   bool TryLockFor(uint64_t spin_ns) {
     if (!held.exchange(true, std::memory_order_acquire)) return true;
     uint64_t until = NowNs() + spin_ns;
-    for (;;) {
+    for (int round = 0; round < kLockSpinRounds; ++round) {
       for (int i = 0; i < 64; ++i) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
@@ -138,6 +145,7 @@ struct BoundedLock {
       }
       if (NowNs() >= until) return false;
     }
+    return false;
   }
   void Unlock() { held.store(false, std::memory_order_release); }
 };
