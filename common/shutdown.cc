@@ -236,12 +236,14 @@ void ProviderWatchdog::Watch() {
       // Only time in which the caller ran or slept counts: one that got no
       // core (common/thread_stats.h) is late, not stuck.
       seen[i].inside.Tick(tick, SampleThread(networks_[i]->meter().caller()));
-      if (seen[i].inside.seconds() > stuck_seconds_) EndStuck(i);
+      if (seen[i].inside.seconds() > stuck_seconds_) {
+        EndStuck(i, seen[i].inside.counted_ticks(), seen[i].inside.longest_tick());
+      }
     }
   }
 }
 
-void ProviderWatchdog::EndStuck(size_t index) {
+void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
   // Name the provider that was seen stuck, and shm's known causes only for shm.
   const fi_info& info = networks_[index]->info();
   const char* provider = info.fabric_attr != nullptr && info.fabric_attr->prov_name != nullptr
@@ -259,8 +261,12 @@ void ProviderWatchdog::EndStuck(size_t index) {
                       "message longer than its receive"
                     : "the provider did not return; its thread ran or slept, it was not "
                       "waiting for a core");
-  // Where that thread is, on the same line (one line per error).
-  const std::string where = " [" + DescribeStuckThread(meter.caller()) + "]";
+  // Where that thread is, and how the watchdog saw it, on the same line
+  // (one line per error).
+  char looked[96];
+  std::snprintf(looked, sizeof(looked), "; seen in %d looks, at most %.1f s apart", looks,
+                longest_look);
+  const std::string where = " [" + DescribeStuckThread(meter.caller()) + looked + "]";
   int restarts = RestartsSoFar();
   bool restart =
       !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;

@@ -74,7 +74,9 @@ class ProviderWatchdog {
 
  private:
   void Watch();
-  [[noreturn]] void EndStuck(size_t index);
+  // `looks`: the watchdog's samples that counted; `longest_look`: the
+  // longest time between two of them (for the message).
+  [[noreturn]] void EndStuck(size_t index, int looks, double longest_look);
 
   std::string program_;
   std::vector<Network*> networks_;

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -113,11 +114,16 @@ ThreadSample SampleThread(int tid) {
 }
 
 void ProgressClock::Tick(double tick_seconds, const ThreadSample& sample) {
-  bool ran = !have_last_ || sample.run_ns != last_run_ns_;
+  longest_tick_ = std::max(longest_tick_, tick_seconds);
+  bool baseline_only = sample.exists && !have_last_;
+  bool ran = have_last_ && sample.run_ns != last_run_ns_;
   have_last_ = sample.exists;
   last_run_ns_ = sample.run_ns;
+  if (baseline_only) return;
   bool starved = sample.exists && (sample.runnable || sample.stopped) && !ran;
-  if (!starved) seconds_ += tick_seconds;
+  if (starved) return;
+  seconds_ += std::min(tick_seconds, kLongestTickSeconds);
+  ++counted_ticks_;
 }
 
 }  // namespace tutorial

@@ -61,19 +61,36 @@ ThreadSample SampleThread(int tid);
 // machine, a virtual CPU the hypervisor did not run, a pinned thread sharing
 // its core with busier ones) or that a debugger stopped is not that, and the
 // time it spends so does not count. Fed one sample of the thread per tick.
+//
+// Whether a thread ran during a tick needs its CPU time at both ends, so
+// the first sample (after construction or Reset) only takes a baseline. And
+// a tick counts for at most kLongestTickSeconds: when the watchdog itself got
+// no core for a while, a thread that ran at the start of that long tick may
+// have waited for a core for the rest of it (still inside the same call),
+// which its CPU time does not tell. Seen under ThreadSanitizer on a loaded
+// 2-core machine: one tick of over 10 s, counted whole, ended a client
+// whose poller was merely preempted (issue 26).
 class ProgressClock {
  public:
-  // Adds `tick_seconds` unless the thread was starved or stopped during the
-  // tick: runnable (or stopped) with no CPU time since the previous sample.
-  // A thread that is gone, or that the kernel does not describe, counts.
+  static constexpr double kLongestTickSeconds = 1.0;
+  // Adds `tick_seconds` (at most kLongestTickSeconds) unless the thread was
+  // starved or stopped during the tick: runnable (or stopped) with no CPU
+  // time since the previous sample. A thread that is gone, or that the
+  // kernel does not describe, counts.
   void Tick(double tick_seconds, const ThreadSample& sample);
   void Reset() { *this = ProgressClock(); }
   double seconds() const { return seconds_; }
+  // For the watchdogs' messages: the ticks that counted, and the longest
+  // tick seen (before the cap).
+  int counted_ticks() const { return counted_ticks_; }
+  double longest_tick() const { return longest_tick_; }
 
  private:
   double seconds_ = 0;
   bool have_last_ = false;
   uint64_t last_run_ns_ = 0;
+  int counted_ticks_ = 0;
+  double longest_tick_ = 0;
 };
 
 }  // namespace tutorial
