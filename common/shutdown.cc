@@ -44,8 +44,8 @@ void WriteLine(int fd, const std::string& line) {
 // Where a stuck thread is, for the line that reports it (instrumentation:
 // it only runs when the watchdog is about to end the process). The kernel's
 // view needs nothing of the thread; its stack needs it to take a signal,
-// which it does within microseconds unless it spins in code that never
-// enters the kernel (or, under ThreadSanitizer, the sanitizer's runtime).
+// which it does as soon as it runs (under ThreadSanitizer: at its next call
+// into the sanitizer's runtime, so the stack may be a little past the spot).
 constexpr int kMaxStackFrames = 32;
 std::atomic<int> g_stack_thread{0};  // the thread asked for its stack
 std::atomic<int> g_stack_depth{-1};  // frames it wrote, -1 until it has
