@@ -5,8 +5,8 @@
 #include <pthread.h>
 
 #include <atomic>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
