@@ -39,6 +39,14 @@ struct NetworkCounters {
   NetworkCounters operator-(const NetworkCounters& o) const;
 };
 
+// Set by a watchdog that is about to end or restart the process
+// (common/shutdown.cc): from then on a thread that would enter the provider
+// waits for the end instead, so that no thread of ours is inside a provider
+// call, holding a lock in a peer's shared memory (shm), when the process
+// goes.
+inline std::atomic<bool> provider_calls_frozen{false};
+[[noreturn]] void WaitForTheEnd();
+
 // The provider calls a Network makes, as the meter tells them apart.
 enum class ProviderCall : uint8_t { kRecv, kSend, kWrite, kCqRead, kCqReadErr };
 
@@ -123,6 +131,7 @@ class CallMeter {
   }
 
   uint64_t Begin(ProviderCall kind) {
+    if (provider_calls_frozen.load(kRelaxed)) WaitForTheEnd();
     uint64_t start = 0;
 #ifndef TUTORIAL_NO_COUNTERS
     if (started_.load(kRelaxed) % kTimedCallEvery == 0) start = ReadTicks();

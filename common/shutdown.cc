@@ -243,6 +243,26 @@ void ProviderWatchdog::Watch() {
   }
 }
 
+// No thread of ours may be inside the provider when the process ends or
+// is replaced: on shm one may hold a lock in a peer's shared memory (a
+// server writing into a client's queue), and that peer would spin on it
+// for good (measured: the client a restarted server was writing to).
+// New calls wait for the end (CallMeter::Begin); calls under way get up
+// to 2 s to return; the stuck one never will.
+void ProviderWatchdog::LetCallsReturn(size_t stuck) {
+  provider_calls_frozen.store(true);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    bool inside = false;
+    for (size_t i = 0; i < networks_.size(); ++i) {
+      const CallMeter& meter = networks_[i]->meter();
+      if (i != stuck && meter.started() != meter.finished()) inside = true;
+    }
+    if (!inside || std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
   // Name the provider that was seen stuck, and shm's known causes only for shm.
   const fi_info& info = networks_[index]->info();
@@ -267,6 +287,7 @@ void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
   std::snprintf(looked, sizeof(looked), "; seen in %d looks, at most %.1f s apart", looks,
                 longest_look);
   const std::string where = " [" + DescribeStuckThread(meter.caller()) + looked + "]";
+  LetCallsReturn(index);
   int restarts = RestartsSoFar();
   bool restart =
       !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;

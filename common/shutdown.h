@@ -76,6 +76,7 @@ class ProviderWatchdog {
   void Watch();
   // `looks`: the watchdog's samples that counted; `longest_look`: the
   // longest time between two of them (for the message).
+  void LetCallsReturn(size_t stuck);
   [[noreturn]] void EndStuck(size_t index, int looks, double longest_look);
 
   std::string program_;
