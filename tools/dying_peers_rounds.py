@@ -178,6 +178,9 @@ def zombies(pids):
     return found
 
 
+IDLE_LINE = "Waiting for a client (Ctrl-C to stop)."
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -308,6 +311,12 @@ class Run:
         rec["new_stale_shm"] = sorted(set(rec["stale_shm"]) - self.stale_seen)
         self.stale_seen |= set(rec["stale_shm"])
         rec["zombies"] = zombies(self.pids)
+        # The server's memory between clients: once it says it waits for the
+        # next one. Right after the good client it is still rebuilding its
+        # endpoints (after every transfer), old and new ones alive at once.
+        rec["server_idle"] = wait_for(
+            lambda: read(server_log).rstrip().endswith(IDLE_LINE) or p_server.poll() is not None,
+            30)
         rec["server_rss_kb"], rec["server_fds"] = proc_status(p_server.pid)
         return rec
 
