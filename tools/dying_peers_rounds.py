@@ -179,6 +179,7 @@ def zombies(pids):
 
 
 IDLE_LINE = "Waiting for a client (Ctrl-C to stop)."
+SWEEP_GRACE = 3.0  # seconds
 
 
 def alive(pid):
@@ -306,17 +307,22 @@ class Run:
         rec["good"]["crashed"] = rec["good"]["pid"] in crashed
         rec["server_crashed"] = p_server.pid in crashed
         rec["btr_heads"] = [read(f)[:400] for f in btr]
+        # The round is over once the server says it waits for the next
+        # client. Right after the good client it is still rebuilding its
+        # endpoints (after every transfer), old and new ones alive at once.
+        rec["server_idle"] = wait_for(
+            lambda: read(server_log).rstrip().endswith(IDLE_LINE) or p_server.poll() is not None,
+            30)
+        # A process killed with SIGKILL leaves its /dev/shm files; the server
+        # removes them once it has seen the process dead for a second, at a
+        # poll of its front door (StaleFileSweeper, common/recovery.h): what
+        # is still there SWEEP_GRACE seconds later is stale.
+        wait_for(lambda: not stale_shm(self.pids), SWEEP_GRACE)
         rec["stale_shm"] = stale_shm(self.pids)
         # Counted once, in the round that left them.
         rec["new_stale_shm"] = sorted(set(rec["stale_shm"]) - self.stale_seen)
         self.stale_seen |= set(rec["stale_shm"])
         rec["zombies"] = zombies(self.pids)
-        # The server's memory between clients: once it says it waits for the
-        # next one. Right after the good client it is still rebuilding its
-        # endpoints (after every transfer), old and new ones alive at once.
-        rec["server_idle"] = wait_for(
-            lambda: read(server_log).rstrip().endswith(IDLE_LINE) or p_server.poll() is not None,
-            30)
         rec["server_rss_kb"], rec["server_fds"] = proc_status(p_server.pid)
         return rec
 
