@@ -187,6 +187,29 @@ def libfabric_build():
     return m.group(1) if m else ""
 
 
+def cpu_ranges(cpus):
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    parts, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+def taskset_prefix():
+    """'taskset -c 0-7 ' when this process may use fewer CPUs than are
+    online (how a recording on part of a machine was made), else ''."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return ""
+    online = os.cpu_count() or len(mine)
+    return f"taskset -c {cpu_ranges(mine)} " if len(mine) < online else ""
+
+
 def code_version(bin_dir=None):
     """The commit the chapters were built from, and whether the code that
     goes into them had uncommitted changes. Binaries built elsewhere and
@@ -801,8 +824,8 @@ def main():
     if is_recorded(out_dir) and not args.record:
         parser.error(f"--out {shown(out_dir)}: results/ holds the recorded (tracked) results; "
                      "add --record to write there, or leave --out out (out/results/)")
-    command = "python3 tools/compare.py" + ("" if len(sys.argv) < 2 else
-                                            " " + shlex.join(sys.argv[1:]))
+    command = taskset_prefix() + "python3 tools/compare.py" + (
+        "" if len(sys.argv) < 2 else " " + shlex.join(sys.argv[1:]))
     print(f"compare: {len(chapter_list)} chapter(s) x {args.runs} run(s) over {args.provider}, "
           f"{args.memory} memory, {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s); "
           f"results go to {shown(out_dir)}",

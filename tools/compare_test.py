@@ -276,5 +276,26 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertEqual(self.status(), "")
 
 
+class TasksetPrefixTest(unittest.TestCase):
+    """A recording made on part of a machine says so in its command."""
+
+    def setUp(self):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        import compare
+        self.compare = compare
+
+    def test_cpu_lists_read_as_taskset_writes_them(self):
+        self.assertEqual(self.compare.cpu_ranges([0, 1, 2, 3]), "0-3")
+        self.assertEqual(self.compare.cpu_ranges([0, 1, 2, 5, 7, 8]), "0-2,5,7-8")
+
+    def test_prefix_names_the_cpus_this_process_may_use(self):
+        mine = sorted(os.sched_getaffinity(0))
+        prefix = self.compare.taskset_prefix()
+        if len(mine) < (os.cpu_count() or len(mine)):
+            self.assertEqual(prefix, f"taskset -c {self.compare.cpu_ranges(mine)} ")
+        else:
+            self.assertEqual(prefix, "")
+
+
 if __name__ == "__main__":
     unittest.main()
