@@ -74,9 +74,11 @@ class ProviderWatchdog {
 
  private:
   void Watch();
+  // Before the process goes: new provider calls wait for the end, calls
+  // under way (but the stuck one's) get a moment to return.
+  void LetCallsReturn(size_t stuck);
   // `looks`: the watchdog's samples that counted; `longest_look`: the
   // longest time between two of them (for the message).
-  void LetCallsReturn(size_t stuck);
   [[noreturn]] void EndStuck(size_t index, int looks, double longest_look);
 
   std::string program_;
