@@ -34,6 +34,17 @@ the simulated recording beside it.
   python3 tools/simnic_fit.py results/h200-16core-*simnic*
   python3 tools/simnic_fit.py --markdown results/h200-16core-*simnic*
 
+With --bounds it checks the recordings against the bounds of the ladder's
+issue instead (a thread's time per WRITE within 1.5x of the series' in 09,
+10, 12, 13 and 14; 11 at least twice 12; every chapter 11-15 at least 95% of
+the WRITE rate of the one before; 15 at 90% of the line or more and the best
+of 15-18 at 95%), prints each bound's room (log of value over bound: above
+0 holds), and then searches the post path, the CQ read, the other socket's
+factor and the scheduler's share for the most room any one choice could
+give all the folders at once, each run's real part kept as recorded:
+
+  python3 tools/simnic_fit.py --bounds results/h100-16core-*simnic* results/h200-16core-*simnic*
+
 A folder is a tools/compare.py folder (results.json); its counted runs'
 counters and the model line they printed are all the script reads. It
 measures nothing.
@@ -147,11 +158,93 @@ def fit(pts, declared):
     return best[1], len(cal), best[0]
 
 
+SCALED_BOUND = 1.5     # a thread's time per WRITE within 1.5x of the series'
+PIN_LESSON = 2.0       # 11 takes at least twice 12's time per WRITE
+STEP_RATE = 0.95       # each chapter 11-15 keeps 95% of the rate before it
+LADDER = ("10_warmup", "11_multithread", "12_pin", "13_shard", "14_batch", "15_lazy")
+LINE_15, LINE_BEST = 0.90, 0.95
+
+
+def bound_room(chapters, time_us):
+    """(room, bound, value) for each bound of one folder; room is
+    log(value / bound) oriented so that above 0 holds. `time_us(pt)` gives
+    a chapter's time per WRITE of a thread."""
+    t = {c: time_us(p) for c, p in chapters.items()}
+    rate = {c: chapters[c]["threads"] / t[c] for c in t}
+    out = []
+    for c in ("09_multinet", "10_warmup", "12_pin", "13_shard", "14_batch"):
+        if c in t:
+            ratio = t[c] / SERIES_US[c]
+            out.append((math.log(SCALED_BOUND) - abs(math.log(ratio)),
+                        f"{c} within {SCALED_BOUND}x of the series", f"{ratio:.2f}x"))
+    if "11_multithread" in t and "12_pin" in t:
+        ratio = t["11_multithread"] / t["12_pin"]
+        out.append((math.log(ratio / PIN_LESSON), f"11 at least {PIN_LESSON:g}x 12's time",
+                    f"{ratio:.2f}x"))
+    for before, c in zip(LADDER, LADDER[1:]):
+        if before in rate and c in rate:
+            ratio = rate[c] / rate[before]
+            out.append((math.log(ratio / STEP_RATE), f"{c} at least {STEP_RATE:g}x {before}'s "
+                        "rate", f"{ratio:.3f}x"))
+    line = chapters.get("15_lazy", {}).get("line_mops")
+    if line:
+        share = rate["15_lazy"] / line
+        out.append((math.log(share / LINE_15), f"15_lazy at {LINE_15:.0%} of the line",
+                    f"{share:.1%}"))
+        best = max(rate[c] for c in ("15_lazy", "16_thread_domain", "17_op_pool", "18_more")
+                   if c in rate)
+        out.append((math.log(best / line / LINE_BEST), f"best of 15-18 at {LINE_BEST:.0%} of "
+                    "the line", f"{best / line:.1%}"))
+    return out
+
+
+def most_room(folders, declared):
+    """The choice of post path, CQ read, other-socket factor and scheduler
+    share that gives the least room of all bounds of all folders its
+    largest value (a grid), and that least room with where it is."""
+    best = None
+    for x in (1.5, 2, 2.5, 3, 3.5):
+        for rho in (0.45, 0.5, 0.54, 0.58, 0.62):
+            for c in range(60, 401, 20):
+                for post in range(0, 1201, 40):
+                    theta = dict(declared, post_ns=post, cq_poll_ns=c, remote_factor=x, rho=rho)
+                    worst = min((room, name, bound)
+                                for name, chapters in folders.items()
+                                for room, bound, _ in bound_room(
+                                    chapters, lambda p: predict_us(p, theta)))
+                    if best is None or worst[0] > best[0][0]:
+                        best = (worst, theta)
+    return best
+
+
+def print_bounds(pts):
+    folders = {}
+    for p in pts:
+        folders.setdefault(p["folder"], {})[p["chapter"]] = p
+    least = None
+    for name, chapters in folders.items():
+        print(f"{name} (recorded, SIMULATED):")
+        for room, bound, value in bound_room(chapters, lambda p: p["measured_us"]):
+            print(f"  {'holds ' if room >= 0 else 'MISSED'} {bound:48s} {value:>8s}  room "
+                  f"{room:+.3f}")
+            if least is None or room < least[0]:
+                least = (room, name, bound)
+    print(f"least room in the recordings: {least[0]:+.3f} ({least[1]}: {least[2]})")
+    (room, where, bound), theta = most_room(folders, dict(pts[0]["used"]))
+    print(f"most room any one choice gives all of them (each run's real part as recorded): "
+          f"{room:+.3f}, at SIMNIC_POST_NS={theta['post_ns']} SIMNIC_CQ_POLL_NS="
+          f"{theta['cq_poll_ns']} x{theta['remote_factor']:g} from the other socket, rho "
+          f"{theta['rho']:g}; its least room: {where}: {bound}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=pathlib.Path,
                         help="tools/compare.py folders of simnic runs (results.json)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--bounds", action="store_true",
+                        help="check the recordings against the ladder's bounds, and search the "
+                        "free costs for the most room they could have")
     args = parser.parse_args()
     pts = []
     for folder in args.folders:
@@ -160,6 +253,9 @@ def main():
         pts += points(folder)
     if not pts:
         parser.error("no counted runs made under a model this script can read")
+    if args.bounds:
+        print_bounds(pts)
+        return 0
     declared = dict(pts[0]["used"])
     theta, n, err = fit(pts, declared)
     print(f"fit on {n} points ({', '.join(CALIBRATION)} of {len(args.folders)} folder(s)), 2 free "
