@@ -30,10 +30,13 @@ import signal
 import subprocess
 import tempfile
 import time
+import sys
 import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
+sys.path.insert(0, str(RUNFILES / "tools"))
+from peer_processes import chapter_binary, read, wait_for  # noqa: E402
 CHAPTER = os.environ.get("DYING_PEERS_CHAPTER", "18_more")
 # Under AddressSanitizer: libfabric's own leaks when a process is stopped
 # halfway through a connection are not ours (the file says which).
@@ -60,26 +63,7 @@ GOOD_TIMEOUT = 120  # seconds a good client may take, machine loaded or not
 
 
 def binary(name):
-    path = RUNFILES / "chapters" / CHAPTER / name
-    if not path.exists():  # run by hand from the workspace
-        path = (pathlib.Path("bazel-bin/chapters") / CHAPTER / name).resolve()
-    return str(path)
-
-
-def read(path):
-    try:
-        return pathlib.Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
-def wait_for(predicate, seconds, step=0.01):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
+    return chapter_binary(CHAPTER, name)
 
 
 def died_of_own_signal(returncode, sent=None):

@@ -15,12 +15,15 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
+sys.path.insert(0, str(RUNFILES / "tools"))
+from peer_processes import chapter_binary, read, wait_for  # noqa: E402
 CHAPTER = "18_more"
 LAYOUT = ["--provider", "simnic", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",
           "--buffer-size", "1048576"]
@@ -29,26 +32,7 @@ os.environ["SIMNIC_QUIET"] = "1"
 
 
 def binary(name):
-    path = RUNFILES / "chapters" / CHAPTER / name
-    if not path.exists():  # run by hand from the workspace
-        path = (pathlib.Path("bazel-bin/chapters") / CHAPTER / name).resolve()
-    return str(path)
-
-
-def read(path):
-    try:
-        return pathlib.Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
-def wait_for(predicate, seconds, step=0.05):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
+    return chapter_binary(CHAPTER, name)
 
 
 class EqErrorsTest(unittest.TestCase):

@@ -49,6 +49,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from peer_processes import read, wait_for  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}
 
@@ -112,25 +115,9 @@ def child_env():
     return env
 
 
-def read(path):
-    try:
-        return pathlib.Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-
-
 def last_line(text):
     lines = [l for l in text.strip().splitlines() if l.strip()]
     return lines[-1][:300] if lines else ""
-
-
-def wait_for(predicate, seconds, step=0.05):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 def wait_process(p, seconds):

@@ -1,0 +1,36 @@
+"""What the dying-peers tests and tools/dying_peers_rounds.py share about
+the processes they start and watch: where a chapter's binaries are, reading
+a log that may not exist yet, and waiting with a deadline."""
+import os
+import pathlib
+import time
+
+# Bazel's runfiles when run as a test; the workspace when run by hand.
+RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
+    "TEST_WORKSPACE", "")
+
+
+def chapter_binary(chapter, name):
+    """A chapter's server or client: from the test's data, else bazel-bin."""
+    path = RUNFILES / "chapters" / chapter / name
+    if not path.exists():  # run by hand from the workspace
+        path = (pathlib.Path("bazel-bin/chapters") / chapter / name).resolve()
+    return str(path)
+
+
+def read(path):
+    """A file's text so far; empty while the process has not written it."""
+    try:
+        return pathlib.Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for(predicate, seconds, step=0.05):
+    """True once predicate() holds; its last answer after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
