@@ -5,8 +5,9 @@ clients stopped with SIGINT and SIGKILL at a random moment of a random phase
 (connect, fill, warmup, writes, notices, verification), each followed by a
 good client that must be served and verified; a server stopped mid-transfer
 (its client: a one-line error, a non-zero exit); two and eight clients
-started at once (each verified, or a one-line error and a non-zero exit);
-and (issue 24) clients with the default page size and count stopped at a
+started at once, none turned away (each verified; over tcp, one whose
+transfer the server started may instead end by its own --timeout); and
+(issue 24) clients with the default page size and count stopped at a
 plain random delay after their start, whatever they are doing then, each
 followed by a good client, and at the end two good clients back to back.
 After every round: the server still runs, nobody died of a signal of its
@@ -52,6 +53,8 @@ PHASES = ["connect", "fill", "warmup", "writes", "notices", "verification"]
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
 CLIENT = ["--page-size", "4096", "--pages", "256", "--connect-timeout", "30"]
 REPEAT = "300"
+# Clients at once: what counts is that each is served, not how much it gets.
+AT_ONCE_REPEAT = "30"
 # Random delays: the clients' default page size and count (64 KiB x 1000,
 # shm moves such pages by another protocol than 4 KiB ones), host memory,
 # default buffers; a short --repeat keeps a transfer near a second.
@@ -64,6 +67,19 @@ GOOD_TIMEOUT = 120  # seconds a good client may take, machine loaded or not
 
 def binary(name):
     return chapter_binary(CHAPTER, name)
+
+
+def served_then_timed_out(client_log, error, server_log):
+    """A tcp client that the server took (its seed's transfer started) and
+    that ended by its own --timeout: not turned away. Seen once in CI with
+    libfabric 2.1: a loopback connection on a loaded 2-core machine moved a
+    few writes a second for two minutes, so the transfer outlived the
+    client's --timeout while the server kept answering BUSY."""
+    seeds = re.findall(r"Sent RANDOM_FILL: .*?seed (\d+)\.", client_log)
+    if not seeds or "timed out after" not in error:
+        return False
+    taken = server_log.rsplit(f"seed {seeds[-1]},", 1)
+    return len(taken) == 2 and "Started RDMA WRITE" in taken[1].split("Received CONNECT")[0]
 
 
 def died_of_own_signal(returncode, sent=None):
@@ -279,7 +295,7 @@ class DyingPeersTest(unittest.TestCase):
 
     def test_clients_at_once(self):
         for provider in PROVIDERS:
-            server = Server(self.workdir, provider, f"{provider}-many")
+            server = Server(self.workdir, provider, f"{provider}-many", repeat=AT_ONCE_REPEAT)
             self.pids.append(server.process.pid)
             try:
                 for count in [2, 8]:
@@ -287,6 +303,7 @@ class DyingPeersTest(unittest.TestCase):
                                            timeout=GOOD_TIMEOUT) for i in range(count)]
                     verified = 0
                     failures = []
+                    crawled = []
                     for p, log, err in clients:
                         try:
                             p.wait(GOOD_TIMEOUT + 60)
@@ -300,14 +317,22 @@ class DyingPeersTest(unittest.TestCase):
                         else:
                             lines = read(err).strip().splitlines()
                             self.assertTrue(lines and "error:" in lines[-1], read(err))
-                            failures.append(lines[-1])
+                            if provider == "tcp" and served_then_timed_out(read(log), lines[-1],
+                                                                           read(server.log)):
+                                crawled.append(lines[-1])
+                            else:
+                                failures.append(lines[-1])
                     print(f"  {provider}: {count} clients at once, {verified} verified",
                           flush=True)
                     # A live server turns nobody away: the others hear BUSY
                     # and ask again (issue 24).
                     for line in failures:
                         print(f"  {provider}: a client at once ended with: {line}", flush=True)
-                    self.assertEqual(verified, count,
+                    for line in crawled:
+                        print(f"  {provider}: a client at once was served, but its transfer did "
+                              f"not end within its --timeout (loopback TCP under load): {line}",
+                              flush=True)
+                    self.assertEqual(verified + len(crawled), count,
                                             "\n".join(failures) + "\n" +
                                             read(server.log)[-3000:])
                     self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
