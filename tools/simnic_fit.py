@@ -33,6 +33,11 @@ the simulated recording beside it.
 
   python3 tools/simnic_fit.py results/h200-16core-*simnic*
   python3 tools/simnic_fit.py --markdown results/h200-16core-*simnic*
+  python3 tools/simnic_fit.py --summary results/h*-16core-*simnic*
+
+--summary prints one row per chapter and page size instead of one per
+folder: the spread, over the folders, of predicted / series and of
+predicted / recorded.
 
 With --bounds it checks the recordings against the bounds of the ladder's
 issue instead (a thread's time per WRITE within 1.5x of the series' in 09,
@@ -41,7 +46,10 @@ the WRITE rate of the one before; 15 at 90% of the line or more and the best
 of 15-18 at 95%), prints each bound's room (log of value over bound: above
 0 holds), and then searches the post path, the CQ read, the other socket's
 factor and the scheduler's share for the most room any one choice could
-give all the folders at once, each run's real part kept as recorded:
+give all the folders at once, each run's real part kept as recorded. It
+judges only folders whose pages stand for the series' 64 KiB at the run's
+scale (256 bytes at the default 256), where the line allows the p5's WRITE
+rate; a folder of other pages is named and left out:
 
   python3 tools/simnic_fit.py --bounds results/h100-16core-*simnic* results/h200-16core-*simnic*
 
@@ -81,9 +89,12 @@ def parse_model(line):
     if not m:
         return None
     p, d, c, e, x, every, refill, socket_cores = (float(g) for g in m.groups())
+    # The page that stands for the series' 64 KiB at the run's scale: at it,
+    # the line allows the p5's WRITE rate.
+    p5_page = re.search(r"a (\d+)-byte page stands for 64 KiB", line)
     return {"post_ns": p, "doorbell_ns": d, "cq_poll_ns": c, "cq_entry_ns": e,
             "remote_factor": x, "rho": min(0.9, refill / (every * 1000)),
-            "socket_cores": int(socket_cores)}
+            "socket_cores": int(socket_cores), "p5_page": int(p5_page[1]) if p5_page else None}
 
 
 def charged_ns(pt, theta):
@@ -117,6 +128,7 @@ def points(folder):
                      if runs[0].get("link_gbps") else None)
         unpinned = chapter in UNPINNED
         pt = {"folder": pathlib.Path(folder).name, "chapter": chapter, "threads": threads,
+              "page_size": runs[0].get("page_size"),
               "mops": mops, "measured_us": threads / mops, "line_mops": line_mops,
               "posts": med("post_calls"), "doorbells": med("doorbells"),
               "cq_reads": med("cq_reads"), "cq_entries": med("cq_entries"),
@@ -217,18 +229,35 @@ def most_room(folders, declared):
     return best
 
 
+def at_p5_rate(chapters):
+    """Whether a folder's pages stand for the series' 64 KiB, so that its line
+    allows the p5's WRITE rate and the ladder's bounds apply to it."""
+    pt = next(iter(chapters.values()))
+    return pt["used"].get("p5_page") in (None, pt["page_size"])
+
+
 def print_bounds(pts):
     folders = {}
     for p in pts:
         folders.setdefault(p["folder"], {})[p["chapter"]] = p
     least = None
-    for name, chapters in folders.items():
+    for name, chapters in list(folders.items()):
+        if not at_p5_rate(chapters):
+            pt = next(iter(chapters.values()))
+            print(f"{name} (recorded, SIMULATED): not judged: its {pt['page_size']}-byte pages put "
+                  f"its line at {pt['used']['p5_page'] / pt['page_size']:g}x the p5's WRITE rate "
+                  f"(the ladder's bounds are for {pt['used']['p5_page']}-byte pages)")
+            del folders[name]
+            continue
         print(f"{name} (recorded, SIMULATED):")
         for room, bound, value in bound_room(chapters, lambda p: p["measured_us"]):
             print(f"  {'holds ' if room >= 0 else 'MISSED'} {bound:48s} {value:>8s}  room "
                   f"{room:+.3f}")
             if least is None or room < least[0]:
                 least = (room, name, bound)
+    if not folders:
+        print("no folder at the p5's WRITE rate: nothing to judge")
+        return
     print(f"least room in the recordings: {least[0]:+.3f} ({least[1]}: {least[2]})")
     (room, where, bound), theta = most_room(folders, dict(pts[0]["used"]))
     print(f"most room any one choice gives all of them (each run's real part as recorded): "
@@ -237,11 +266,41 @@ def print_bounds(pts):
           f"{theta['rho']:g}; its least room: {where}: {bound}")
 
 
+def print_summary(rows):
+    """One Markdown row per chapter and page size: how far the predictions
+    fall from the series and from the simulated recordings, over the folders."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["chapter"], r["page_size"]), []).append(r)
+
+    def span(values, fmt):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "-"
+        lo, hi = min(values), max(values)
+        return fmt(lo) if f"{fmt(lo)}" == f"{fmt(hi)}" else f"{fmt(lo)}-{fmt(hi)}"
+    print("| chapter | page | role | folders | predicted / series | predicted / recorded "
+          "(SIMULATED) |")
+    print("|---|---:|---|---:|---:|---:|")
+    for (chapter, page), group in sorted(groups.items()):
+        roles = sorted({r["role"] for r in group})
+        vs_series = span([r["vs_series"] for r in group], lambda v: f"{v:.2f}")
+        if chapter in SERIES_LINE_SHARE:
+            vs_series = span([r["line_share"] for r in group], lambda v: f"{100 * v:.0f}%") + \
+                " of line (series " + f"{100 * SERIES_LINE_SHARE[chapter]:.0f}%)"
+        vs_recorded = span([r["pred"] / r["measured"] for r in group], lambda v: f"{v:.2f}")
+        print(f"| {chapter} | {page} B | {'; '.join(roles)} | {len(group)} | {vs_series} | "
+              f"{vs_recorded} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=pathlib.Path,
                         help="tools/compare.py folders of simnic runs (results.json)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--summary", action="store_true",
+                        help="print one Markdown row per chapter and page size: the spread of "
+                        "predicted / series and predicted / recorded over the folders")
     parser.add_argument("--bounds", action="store_true",
                         help="check the recordings against the ladder's bounds, and search the "
                         "free costs for the most room they could have")
@@ -265,21 +324,27 @@ def main():
           f"x{declared['remote_factor']:g} from the other socket (posts, doorbells, entries), "
           f"rho {declared['rho']:.3f} while balanced; "
           f"rms log error {math.sqrt(err / n):.3f}")
-    if args.markdown:
+    if args.markdown and not args.summary:
         print()
         print("| folder | chapter | role | predicted us/WRITE | series us/WRITE | predicted / "
               "series | recorded us/WRITE (SIMULATED) |")
         print("|---|---|---|---:|---:|---:|---:|")
+    rows = []
     for p in pts:
         pred = predict_us(p, theta)
         series = SERIES_US.get(p["chapter"])
         role = "fit" if p["chapter"] in CALIBRATION else "held out"
         if p.get("line_mops") and p["mops"] >= AT_LINE * p["line_mops"]:
             role += ", at the line"
+        share = p["threads"] / pred / p["line_mops"] if p.get("line_mops") else None
+        rows.append({"chapter": p["chapter"], "page_size": p["page_size"], "role": role,
+                     "pred": pred, "measured": p["measured_us"], "line_share": share,
+                     "vs_series": pred / series if series else None})
+        if args.summary:
+            continue
         if series:
             versus, resid = f"{series:.2f}", f"{pred / series:.2f}"
-        elif p["chapter"] in SERIES_LINE_SHARE and p.get("line_mops"):
-            share = p["threads"] / pred / p["line_mops"]
+        elif p["chapter"] in SERIES_LINE_SHARE and share is not None:
             versus = f"{100 * SERIES_LINE_SHARE[p['chapter']]:.0f}% of line"
             resid = f"{100 * share:.0f}% of line"
         else:
@@ -290,6 +355,9 @@ def main():
         else:
             print(f"{p['folder']:45s} {p['chapter']:17s} {role:9s} predicted {pred:6.2f} us  "
                   f"series {versus:>12}  residual {resid:>12}  recorded {p['measured_us']:6.2f}")
+    if args.summary:
+        print()
+        print_summary(rows)
     return 0
 
 

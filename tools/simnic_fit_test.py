@@ -28,11 +28,11 @@ TIME_US = {"09_multinet": 2.2, "10_warmup": 2.0 * 1.79, "11_multithread": 5.0,
            "17_op_pool": GROUPS / LINE_MOPS, "18_more": GROUPS / LINE_MOPS}
 
 
-def record(chapter, run):
+def record(chapter, run, page_size=256):
     threads = 1 if chapter in ("09_multinet", "10_warmup") else GROUPS
     writes = 1_000_000
     return {"chapter": chapter, "run": run, "ok": True, "flags": [], "writes": writes,
-            "mops": threads / TIME_US[chapter], "gpus": GROUPS, "page_size": 256,
+            "mops": threads / TIME_US[chapter], "gpus": GROUPS, "page_size": page_size,
             "link_gbps": GROUPS * 4 * 100 / 256, "post_calls": writes, "doorbells": writes,
             "cq_reads": 5 * writes, "cq_entries": writes, "model": MODEL}
 
@@ -49,8 +49,9 @@ class SimnicFitTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def run_tool(self, *args):
-        done = subprocess.run([sys.executable, str(TOOL), *args, str(self.folder)],
+    def run_tool(self, *args, folders=None):
+        folders = folders or [self.folder]
+        done = subprocess.run([sys.executable, str(TOOL), *args, *map(str, folders)],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(done.returncode, 0, done.stderr)
         return done.stdout
@@ -70,6 +71,34 @@ class SimnicFitTest(unittest.TestCase):
         self.assertIn("fit on 2 points (10_warmup, 12_pin of 1 folder(s)), 2 free parameters", out)
         self.assertIn("13_shard          held out", out)
         self.assertIn("14_batch          held out, at the line", out)
+
+    def small_page_folder(self):
+        """The same runs with 128-byte pages: the line allows twice the p5's
+        WRITE rate there."""
+        folder = pathlib.Path(self.dir.name) / "made-up-simnic-page128"
+        folder.mkdir()
+        records = [record(c, r, page_size=128) for c in TIME_US for r in (1, 2, 3)]
+        (folder / "results.json").write_text(
+            json.dumps({"meta": {"settings": {"gpus": GROUPS}}, "records": records}))
+        return folder
+
+    def test_bounds_judge_only_folders_at_the_p5_rate(self):
+        small = self.small_page_folder()
+        out = self.run_tool("--bounds", folders=[self.folder, small])
+        self.assertIn("made-up-simnic-page128 (recorded, SIMULATED): not judged: its 128-byte "
+                      "pages put its line at 2x the p5's WRITE rate", out)
+        self.assertEqual(len([l for l in out.splitlines() if "MISSED" in l]), 1, out)
+        out = self.run_tool("--bounds", folders=[small])
+        self.assertIn("no folder at the p5's WRITE rate: nothing to judge", out)
+
+    def test_summary_has_a_row_per_chapter_and_page(self):
+        out = self.run_tool("--summary", folders=[self.folder, self.small_page_folder()])
+        self.assertIn("| chapter | page | role | folders | predicted / series |", out)
+        self.assertIn("| 10_warmup | 128 B | fit | 1 |", out)
+        self.assertIn("| 10_warmup | 256 B | fit | 1 |", out)
+        self.assertIn("| 15_lazy | 256 B | held out, at the line | 1 | 100% of line (series 97%)",
+                      out)
+        self.assertNotIn("made-up-simnic ", out.split("| chapter |")[1])  # no per-folder rows
 
 
 if __name__ == "__main__":
