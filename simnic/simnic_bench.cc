@@ -28,107 +28,39 @@
 #include <thread>
 #include <vector>
 
+#include "simnic/app_nic.h"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using simnic_app::Clock;
+using simnic_app::Nic;
 
-void Check(int ret, const char* what) {
-  if (ret != 0) throw std::runtime_error(std::string(what) + ": " + fi_strerror(-ret));
+// A registered buffer of one NIC, the target of the other's WRITEs.
+struct Region {
+  Region(Nic& nic, size_t size) : bytes(size), mr(nic.Register(bytes.data(), bytes.size())) {}
+  std::vector<uint8_t> bytes;
+  fid_mr* mr;
+};
+
+// One WRITE of `len` bytes at `offset`, from a's region into b's.
+ssize_t Write(Nic& a, Region& from, fi_addr_t peer, const Region& to, size_t offset, size_t len,
+              uint64_t flags) {
+  return a.Write(from.bytes.data() + offset, len, from.mr, peer,
+                 reinterpret_cast<uint64_t>(to.bytes.data()) + offset, fi_mr_key(to.mr), nullptr,
+                 flags);
 }
 
-class Nic {
- public:
-  Nic(int index, fi_threading threading) {
-    fi_info* hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-    hints->domain_attr->threading = threading;
-    hints->fabric_attr->prov_name = strdup("simnic");
-    fi_info* list = nullptr;
-    Check(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list), "fi_getinfo");
-    fi_freeinfo(hints);
-    fi_info* mine = list;
-    for (int i = 0; i < index; ++i) mine = mine->next;
-    info_ = fi_dupinfo(mine);
-    fi_freeinfo(list);
-    Check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
-    Check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_DATA;
-    Check(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open");
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    Check(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open");
-    fi_eq_attr eq_attr{};
-    Check(fi_eq_open(fabric_, &eq_attr, &eq_, nullptr), "fi_eq_open");
-    Check(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
-    Check(fi_ep_bind(ep_, &eq_->fid, 0), "bind eq");  // simnic, like EFA, wants one
-    Check(fi_ep_bind(ep_, &av_->fid, 0), "bind av");
-    Check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "bind cq");
-    Check(fi_enable(ep_), "fi_enable");
-    size_t len = sizeof(address_);
-    Check(fi_getname(&ep_->fid, address_, &len), "fi_getname");
-  }
-  ~Nic() {
-    if (mr_) fi_close(&mr_->fid);
-    fi_close(&ep_->fid);
-    fi_close(&av_->fid);
-    fi_close(&eq_->fid);
-    fi_close(&cq_->fid);
-    fi_close(&domain_->fid);
-    fi_close(&fabric_->fid);
-    fi_freeinfo(info_);
-  }
-  void Register(std::vector<uint8_t>& buf) {
-    fi_mr_attr attr{};
-    iovec iov{buf.data(), buf.size()};
-    attr.mr_iov = &iov;
-    attr.iov_count = 1;
-    attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-    Check(fi_mr_regattr(domain_, &attr, 0, &mr_), "fi_mr_regattr");
-    base_ = buf.data();
-  }
-  fi_addr_t Insert(const Nic& other) {
-    fi_addr_t a = 0;
-    if (fi_av_insert(av_, other.address_, 1, &a, 0, nullptr) != 1) throw std::runtime_error("av");
-    return a;
-  }
-  ssize_t Write(size_t offset, size_t len, const Nic& target, fi_addr_t peer, uint64_t flags) {
-    iovec iov{base_ + offset, len};
-    void* desc = fi_mr_desc(mr_);
-    fi_rma_iov rma{reinterpret_cast<uint64_t>(target.base_) + offset, len, fi_mr_key(target.mr_)};
-    fi_msg_rma msg{};
-    msg.msg_iov = &iov;
-    msg.desc = &desc;
-    msg.iov_count = 1;
-    msg.addr = peer;
-    msg.rma_iov = &rma;
-    msg.rma_iov_count = 1;
-    return fi_writemsg(ep_, &msg, flags);
-  }
-  ssize_t Read(fi_cq_data_entry* entries, size_t n) { return fi_cq_read(cq_, entries, n); }
-
- private:
-  fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_cq* cq_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_eq* eq_ = nullptr;
-  fid_ep* ep_ = nullptr;
-  fid_mr* mr_ = nullptr;
-  uint8_t* base_ = nullptr;
-  uint8_t address_[64];
-};
+ssize_t Read(Nic& nic, fi_cq_data_entry* entries, size_t n) {
+  return fi_cq_read(nic.cq(), entries, n);
+}
 
 double Ns(Clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); }
 
 // Posts `count` writes from a to b in batches (FI_MORE on all but the
 // last of each batch when `more`), draining completions; returns ns/post
 // spent inside the posting calls.
-double PostCost(Nic& a, Nic& b, fi_addr_t peer, size_t size, int count, bool more) {
+double PostCost(Nic& a, Region& from, fi_addr_t peer, const Region& to, size_t size, int count,
+                bool more) {
   Clock::duration in_post{};
   fi_cq_data_entry entries[64];
   int posted = 0, done = 0;
@@ -137,13 +69,13 @@ double PostCost(Nic& a, Nic& b, fi_addr_t peer, size_t size, int count, bool mor
     for (int i = 0; i < batch; ++i) {
       uint64_t flags = FI_COMPLETION | (more && i + 1 < batch ? FI_MORE : 0);
       auto t0 = Clock::now();
-      ssize_t ret = a.Write(0, size, b, peer, flags);
+      ssize_t ret = Write(a, from, peer, to, 0, size, flags);
       in_post += Clock::now() - t0;
       if (ret != 0) throw std::runtime_error("post failed");
       ++posted;
     }
     while (done < posted) {
-      ssize_t n = a.Read(entries, 64);
+      ssize_t n = Read(a, entries, 64);
       if (n > 0) done += static_cast<int>(n);
     }
   }
@@ -186,16 +118,14 @@ int main(int argc, char** argv) {
         setenv("SIMNIC_LINE_GBPS", "1000000", 1);
         setenv("SIMNIC_SCALE", "1", 1);
         Nic a(0, threading), b(1, threading);
-        std::vector<uint8_t> src(size), dst(size);
-        a.Register(src);
-        b.Register(dst);
-        fi_addr_t peer = a.Insert(b);
-        PostCost(a, b, peer, size, 20000, true);  // warm up
-        double with_more = PostCost(a, b, peer, size, 200000, true);
-        double without = PostCost(a, b, peer, size, 200000, false);
+        Region src(a, size), dst(b, size);
+        fi_addr_t peer = a.Insert(b.address());
+        PostCost(a, src, peer, dst, size, 20000, true);  // warm up
+        double with_more = PostCost(a, src, peer, dst, size, 200000, true);
+        double without = PostCost(a, src, peer, dst, size, 200000, false);
         fi_cq_data_entry entries[16];
         auto t0 = Clock::now();
-        for (int i = 0; i < 200000; ++i) a.Read(entries, 16);
+        for (int i = 0; i < 200000; ++i) Read(a, entries, 16);
         double poll = Ns(Clock::now() - t0) / 200000;
         std::printf(
             "%s, %s: post with FI_MORE %.0f ns (descriptor + batch share of the doorbell), "
@@ -209,10 +139,10 @@ int main(int argc, char** argv) {
     setenv("SIMNIC_CQ_POLL_NS", "0", 1);
     setenv("SIMNIC_POST_NS", "0", 1);
     std::vector<std::unique_ptr<Nic>> nics;
-    std::vector<std::vector<uint8_t>> buffers(2 * pairs, std::vector<uint8_t>(1 << 20));
+    std::vector<std::unique_ptr<Region>> regions;
     for (int i = 0; i < 2 * pairs; ++i) {
       nics.push_back(std::make_unique<Nic>(i, FI_THREAD_DOMAIN));
-      nics.back()->Register(buffers[i]);
+      regions.push_back(std::make_unique<Region>(*nics.back(), 1 << 20));
     }
     std::vector<std::thread> posters;
     std::vector<long> done_by(pairs, 0);
@@ -221,7 +151,9 @@ int main(int argc, char** argv) {
       posters.emplace_back([&, p] {
         Nic& a = *nics[2 * p];
         Nic& b = *nics[2 * p + 1];
-        fi_addr_t peer = a.Insert(b);
+        Region& from = *regions[2 * p];
+        const Region& to = *regions[2 * p + 1];
+        fi_addr_t peer = a.Insert(b.address());
         long posted = 0, done = 0, per_pair = writes / pairs;
         size_t slots = (1 << 20) / size;
         fi_cq_data_entry entries[64];
@@ -230,10 +162,10 @@ int main(int argc, char** argv) {
           long batch = std::min({64L, per_pair - posted, 4000 - (posted - done)});
           for (long i = 0; i < batch; ++i) {
             uint64_t flags = FI_COMPLETION | (i + 1 < batch ? FI_MORE : 0);
-            if (a.Write((posted % slots) * size, size, b, peer, flags) != 0) break;
+            if (Write(a, from, peer, to, (posted % slots) * size, size, flags) != 0) break;
             ++posted;
           }
-          ssize_t n = a.Read(entries, 64);
+          ssize_t n = Read(a, entries, 64);
           if (n > 0) done += n;
         }
         done_by[p] = done;
