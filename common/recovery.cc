@@ -53,7 +53,12 @@ std::string ShmFileName(const std::vector<uint8_t>& address) {
 
 bool DrainTransmits(Node& node, double seconds) {
   constexpr double kIdleSeconds = 1.0;
-  ForEachNetOf(node, [](size_t, size_t, Network& net) { Recovery::CancelQueuedTransmits(net); });
+  // Silenced first: a writer that stopped must not hear of completions that
+  // come late (one abandoned in its warmup printed "Warmup completed" here).
+  ForEachNetOf(node, [](size_t, size_t, Network& net) {
+    Recovery::SilenceTransmits(net);
+    Recovery::CancelQueuedTransmits(net);
+  });
   auto start = Clock::now();
   auto last_progress = start;
   for (;;) {

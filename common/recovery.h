@@ -60,11 +60,12 @@ namespace tutorial {
 // or fails; a drain also gives up after a second without any completion.
 constexpr double kDrainSeconds = 5.0;
 
-// Makes sure no completion can reach a writer that is gone: sends and
-// writes still queued fail with FI_ECANCELED, every NIC is polled until
+// Makes sure no completion can reach a writer that is gone: the callbacks
+// of every send and write not yet completed are dropped, those still
+// queued fail with FI_ECANCELED (silently), every NIC is polled until
 // nothing is in flight, and whatever the provider still holds after
-// `seconds` (or a second without progress) is detached, so its callbacks
-// never run. Returns false when something had to be detached.
+// `seconds` (or a second without progress) is detached. Returns false when
+// something had to be detached.
 bool DrainTransmits(Node& node, double seconds);
 
 // Watches a transfer from outside the writer, which only runs its loop: an

@@ -213,6 +213,14 @@ size_t Recovery::DetachTransmits(Network& net) {
   return net.detached_;
 }
 
+void Recovery::SilenceTransmits(Network& net) {
+  for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
+    if (op->type == OpType::kRecv) continue;
+    op->callback = nullptr;
+    op->handler = nullptr;
+  }
+}
+
 std::string Recovery::TakeEventError(Network& net) {
   uint32_t event = 0;
   fi_eq_err_entry entry{};

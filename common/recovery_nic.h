@@ -30,6 +30,10 @@ class Recovery {
   // contexts stay allocated until the provider lets go, or the endpoint is
   // reset). Returns how many the provider still holds.
   static size_t DetachTransmits(Network& net);
+  // Sends and writes not yet completed stay where they are (queued, failed
+  // or with the provider) and still count as in flight, but their
+  // completions call nobody back.
+  static void SilenceTransmits(Network& net);
   static size_t Detached(const Network& net) { return net.detached_; }
   // True when the provider still holds detached operations or the address
   // vector refused an insert: only ResetEndpoint() makes the NIC whole.
