@@ -85,6 +85,8 @@ bool DrainTransmits(Node& node, double seconds) {
 
 TransferWatch::TransferWatch(Node& node, double stall_seconds, std::vector<uint8_t> client)
     : node_(node), stall_seconds_(stall_seconds), client_(std::move(client)) {
+  ForEachNet(
+      [this](size_t, size_t, Network& net) { start_counts_.push_back(net.meter().counters()); });
   ForEachNet([this](size_t, size_t, Network& net) {
     Recovery::OnOrphanError(net, [this](Network& failed, const std::string& error) {
       Abandon(failed.name() + " reported a failed write without naming it (" + error +
@@ -117,6 +119,19 @@ std::string TransferWatch::reason() const {
 template <typename F>
 void TransferWatch::ForEachNet(F&& f) {
   ForEachNetOf(node_, f);
+}
+
+std::string TransferWatch::CountsSinceStart() {
+  std::string text;
+  size_t i = 0;
+  ForEachNet([&](size_t g, size_t n, Network& net) {
+    NetworkCounters c = net.meter().counters() - start_counts_[i++];
+    if (c.writes == c.cq_entries) return;  // only the NICs that owe completions
+    text += (text.empty() ? "" : ", ") + NicName(g, n) + " took " + std::to_string(c.writes) +
+            " WRITEs and completed " + std::to_string(c.cq_entries) + " (" +
+            std::to_string(c.eagain) + " posts refused)";
+  });
+  return text.empty() ? "every WRITE a NIC took has completed" : text;
 }
 
 uint64_t TransferWatch::Completions() {
@@ -191,7 +206,7 @@ void TransferWatch::Watch() {
                     std::string(provider).find("efa") != std::string::npos
                         ? "efa reports nothing when a peer dies, so the deadline decides"
                         : "the deadline decides");
-      Abandon(text);
+      Abandon(text + std::string(" [since it began: ") + CountsSinceStart() + "]");
     }
   }
 }

@@ -98,9 +98,14 @@ class TransferWatch {
   uint64_t Completions();
   void Watch();
 
+  // Each NIC's counters when the watch began, and the NICs that took more
+  // WRITEs since than they completed (for the stall message).
+  std::string CountsSinceStart();
+
   Node& node_;
   double stall_seconds_;
   std::vector<uint8_t> client_;
+  std::vector<NetworkCounters> start_counts_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable wake_;
