@@ -229,10 +229,10 @@ def most_room(folders, declared):
     return best
 
 
-def at_p5_rate(chapters):
-    """Whether a folder's pages stand for the series' 64 KiB, so that its line
-    allows the p5's WRITE rate and the ladder's bounds apply to it."""
-    pt = next(iter(chapters.values()))
+def at_p5_rate(pt):
+    """Whether a folder's pages (those of its point `pt`) stand for the
+    series' 64 KiB, so that its line allows the p5's WRITE rate and the
+    ladder's bounds apply to it."""
     return pt["used"].get("p5_page") in (None, pt["page_size"])
 
 
@@ -242,8 +242,8 @@ def print_bounds(pts):
         folders.setdefault(p["folder"], {})[p["chapter"]] = p
     least = None
     for name, chapters in list(folders.items()):
-        if not at_p5_rate(chapters):
-            pt = next(iter(chapters.values()))
+        pt = next(iter(chapters.values()))
+        if not at_p5_rate(pt):
             print(f"{name} (recorded, SIMULATED): not judged: its {pt['page_size']}-byte pages put "
                   f"its line at {pt['used']['p5_page'] / pt['page_size']:g}x the p5's WRITE rate "
                   f"(the ladder's bounds are for {pt['used']['p5_page']}-byte pages)")
@@ -277,8 +277,8 @@ def print_summary(rows):
         values = [v for v in values if v is not None]
         if not values:
             return "-"
-        lo, hi = min(values), max(values)
-        return fmt(lo) if f"{fmt(lo)}" == f"{fmt(hi)}" else f"{fmt(lo)}-{fmt(hi)}"
+        lo, hi = fmt(min(values)), fmt(max(values))
+        return lo if lo == hi else f"{lo}-{hi}"
     print("| chapter | page | role | folders | predicted / series | predicted / recorded "
           "(SIMULATED) |")
     print("|---|---:|---|---:|---:|---:|")
