@@ -1,7 +1,9 @@
 // The data path: inbound regions, peer mappings, memory keys, and the engine
 // threads that move every payload. See nic.h for the picture.
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -801,6 +803,20 @@ bool Engine::Step(Endpoint* ep, uint64_t now) {
   return work;
 }
 
+namespace {
+// Napping engine threads wait on this word; a doorbell bumps it (WakeNappers).
+std::atomic<uint32_t> nap_sequence{0};
+std::atomic<int> nappers{0};
+}  // namespace
+
+void Engine::WakeNappers() {
+  // Read without a fence: a doorbell that misses a worker going to sleep at
+  // that instant costs that worker's one nap (kLongestNapNs at most).
+  if (nappers.load(std::memory_order_relaxed) == 0) return;
+  nap_sequence.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &nap_sequence, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 void Engine::Run(Worker* worker) {
   // Short sleeps must stay short: the default timer slack is 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
@@ -814,6 +830,8 @@ void Engine::Run(Worker* worker) {
   }
   std::vector<Endpoint*> endpoints;
   uint64_t generation = ~uint64_t{0};
+  uint64_t last_work_ns = NowNs();
+  uint64_t nap_ns = kShortestNapNs;
   int idle = 0;
   while (!worker->stop.load(std::memory_order_relaxed)) {
     uint64_t g = worker->generation.load(std::memory_order_acquire);
@@ -825,24 +843,46 @@ void Engine::Run(Worker* worker) {
     worker->seen.store(generation, std::memory_order_release);
     uint64_t now = NowNs();
     bool work = false;
-    bool waiting = false;  // operations queued or in flight
-    for (Endpoint* ep : endpoints) {
-      work |= Step(ep, now);
-      waiting |= !ep->wire.empty() || !ep->busy.empty();
-    }
+    for (Endpoint* ep : endpoints) work |= Step(ep, now);
     if (work) {
+      last_work_ns = now;
+      nap_ns = kShortestNapNs;
       idle = 0;
       continue;
     }
-    // Spin a little (a busy NIC is back soon), then sleep: the engine must
-    // not take the posters' cores.
-    if (++idle < 64) {
+    // While the NIC is in use it never sleeps: it spins, and lets another
+    // thread have the core now and then. Sleeping between operations (it
+    // slept 5 us at a time) made it wake thousands of times a second, and
+    // on Linux 6.x (EEVDF with autogroups) a process whose threads sleep
+    // and wake that often beside pinned busy threads was measured starving
+    // whole other processes for tens of seconds: CI's chapter 12 stalls
+    // (issue 26; docs/simnic.md, "The engine threads").
+    if (now - last_work_ns < kSpinAfterWorkNs) {
+      if (++idle % 64 == 0) {
+        sched_yield();
+      } else {
 #if defined(__x86_64__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      }
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(waiting ? 5 : idle < 10000 ? 20 : 200));
+    // Idle: naps that double up to kLongestNapNs; a doorbell ends one early
+    // (a message from a peer waits for the nap's end).
+    uint32_t sequence = nap_sequence.load(std::memory_order_acquire);
+    nappers.fetch_add(1, std::memory_order_acq_rel);
+    bool posted = false;
+    for (Endpoint* ep : endpoints) {
+      posted |= ep->published.load(std::memory_order_acquire) !=
+                ep->consumed.load(std::memory_order_relaxed);
+    }
+    if (!posted) {
+      timespec nap{static_cast<time_t>(nap_ns / 1000000000),
+                   static_cast<long>(nap_ns % 1000000000)};
+      syscall(SYS_futex, &nap_sequence, FUTEX_WAIT_PRIVATE, sequence, &nap, nullptr, 0);
+      nap_ns = std::min(nap_ns * 2, kLongestNapNs);
+    }
+    nappers.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -860,10 +900,10 @@ void Engine::Add(Endpoint* ep) {
     }
     for (size_t k = 0; k < workers_.size(); ++k) {
       Worker* raw = workers_[k].get();
-      raw->thread = std::thread([this, raw, k] {
-        pthread_setname_np(pthread_self(), ("engine-" + std::to_string(k)).c_str());  // ps -L
-        Run(raw);
-      });
+      raw->thread = std::thread([this, raw] { Run(raw); });
+      // Named here, before Add returns, so the name is there for ps -L (and
+      // for the test that looks the thread up) as soon as the endpoint is.
+      pthread_setname_np(raw->thread.native_handle(), ("engine-" + std::to_string(k)).c_str());
     }
   }
   Worker* w = workers_[ep->domain->index % workers_.size()].get();

@@ -456,6 +456,16 @@ class Engine {
   // micro-benchmark.)
   static bool Step(Endpoint* ep, uint64_t now_ns);
 
+  // After a doorbell: ends the nap of any engine thread that sleeps. Cheap
+  // when none does (one load).
+  static void WakeNappers();
+
+  // An engine thread spins for this long after its last work, then naps:
+  // 1 ms, doubling up to kLongestNapNs (see Run for why never shorter).
+  static constexpr uint64_t kSpinAfterWorkNs = 20000000;
+  static constexpr uint64_t kShortestNapNs = 1000000;
+  static constexpr uint64_t kLongestNapNs = 16000000;
+
  private:
   struct Worker;
   Engine() = default;

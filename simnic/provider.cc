@@ -861,6 +861,7 @@ ssize_t Post(Endpoint* ep, const Descriptor& d, uint64_t flags) {
   if (!(flags & FI_MORE)) {
     ep->published.store(ep->produced, std::memory_order_release);
     RingDoorbell(ep, charge);
+    Engine::WakeNappers();
   }
   return 0;
 }
