@@ -825,8 +825,10 @@ void Engine::Run(Worker* worker) {
     cpu_set_t set;
     CPU_ZERO(&set);
     for (int cpu : worker->cpus) CPU_SET(cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) {
       std::fprintf(stderr, "simnic: engine thread cannot use SIMNIC_ENGINE_CPUS; runs anywhere\n");
+      worker->cpus.clear();  // and waits as a floating engine thread does
+    }
   }
   std::vector<Endpoint*> endpoints;
   uint64_t generation = ~uint64_t{0};
@@ -843,20 +845,40 @@ void Engine::Run(Worker* worker) {
     worker->seen.store(generation, std::memory_order_release);
     uint64_t now = NowNs();
     bool work = false;
-    for (Endpoint* ep : endpoints) work |= Step(ep, now);
+    bool waiting = false;  // operations queued or in flight
+    for (Endpoint* ep : endpoints) {
+      work |= Step(ep, now);
+      waiting |= !ep->wire.empty() || !ep->busy.empty();
+    }
     if (work) {
       last_work_ns = now;
       nap_ns = kShortestNapNs;
       idle = 0;
       continue;
     }
-    // While the NIC is in use it never sleeps: it spins, and lets another
-    // thread have the core now and then. Sleeping between operations (it
-    // slept 5 us at a time) made it wake thousands of times a second, and
+    if (!worker->cpus.empty()) {
+      // On a CPU the tools gave it (SIMNIC_ENGINE_CPUS), beside the other
+      // process's engines and the client's poller, not beside writers: it
+      // spins a little, then sleeps for microseconds, so that those get the
+      // CPU at once. (Spinning there put 15 at 93% of 14 under taskset;
+      // docs/simnic.md, "Why CI's chapter 12 still stalled".)
+      if (++idle < 64) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(waiting ? 5 : idle < 10000 ? 20 : 200));
+      continue;
+    }
+    // Left to float beside the writers (no SIMNIC_ENGINE_CPUS: the tests,
+    // a chapter run by hand), it never sleeps while the NIC is in use: it
+    // spins, and lets another thread have the core now and then. Sleeping
+    // for microseconds there made it wake thousands of times a second, and
     // on Linux 6.x (EEVDF with autogroups) a process whose threads sleep
     // and wake that often beside pinned busy threads was measured starving
     // whole other processes for tens of seconds: CI's chapter 12 stalls
-    // (issue 26; docs/simnic.md, "The engine threads").
+    // (issue 26; docs/simnic.md, "Why CI's chapter 12 still stalled").
     if (now - last_work_ns < kSpinAfterWorkNs) {
       if (++idle % 64 == 0) {
         sched_yield();
