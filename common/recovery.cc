@@ -286,7 +286,11 @@ BusyAnswerer::BusyAnswerer(std::function<size_t()> tend) : tend_(std::move(tend)
         std::fprintf(stderr, "server: warning: front door: %s\n", e.what());
       }
       lock.lock();
-      if (handled == 0) wake_.wait_for(lock, std::chrono::milliseconds(1));
+      // 20 ms, not less: a thread that sleeps and wakes every millisecond
+      // beside pinned busy threads (the writers) was measured starving
+      // other processes for seconds on Linux 6.x (docs/simnic.md, "Why
+      // CI's chapter 12 still stalled"). A BUSY answer may be 20 ms late.
+      if (handled == 0) wake_.wait_for(lock, kBusyAnswererNap);
     }
   });
 }

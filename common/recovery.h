@@ -152,10 +152,11 @@ uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& ad
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers);
 
 // Runs `tend` over and over on a thread of its own until destroyed,
-// pausing a millisecond whenever it handled nothing: the server's front
+// pausing kBusyAnswererNap whenever it handled nothing: the server's front
 // door stays answered (BUSY) while the main loop transfers or recovers
 // (bug B: a client whose name waits unread gives up, its file goes, and
 // 1.17 crashes at the read). `tend` must be the only user of what it polls.
+constexpr std::chrono::milliseconds kBusyAnswererNap{20};
 class BusyAnswerer {
  public:
   explicit BusyAnswerer(std::function<size_t()> tend);

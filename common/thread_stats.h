@@ -30,7 +30,7 @@ void NameThisThread(const std::string& name);
 
 // Moves a helper thread (a watch, the front door's BUSY answerer) onto the
 // CPUs that TUTORIAL_HELPER_CPUS lists ("0,2,4-6"), when it is set: a helper
-// that wakes every millisecond on a writer's CPU preempts that writer each
+// that wakes every few milliseconds on a writer's CPU preempts that writer each
 // time, and an unpinned writer it pushed aside may land on another writer's
 // CPU (tools/run_chapter.py sets it over simnic, where the writers have a
 // CPU each and nothing to spare). Unset: nothing moves.

@@ -96,7 +96,7 @@ int NodeOfNic(int nic_index, int nics, int nodes);
 // busy and the process's busy unpinned threads outnumber one virtual
 // socket's cores: a balancer has something to balance. A thread is busy
 // when it has called simnic with gaps under 100 us for 1 ms or more (a
-// helper that wakes every millisecond is not). The affinity is read again
+// helper that wakes every few milliseconds is not). The affinity is read again
 // every few thousand calls (a thread may pin itself at any time).
 struct Placement {
   int socket;

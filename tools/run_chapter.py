@@ -350,7 +350,7 @@ def run_once(args, chapter, echo=True):
         if simnic and getattr(args, "simnic_engine_cpus", None) and \
                 not os.environ.get("TUTORIAL_HELPER_CPUS"):
             # The server's helper threads (its watches, the front door's BUSY
-            # answerer) wake every millisecond or so: off the writers' CPUs
+            # answerer) wake every 20-50 ms: off the writers' CPUs
             # (common/thread_stats.h), and off the engines' where CPUs are
             # left over.
             free = args.simnic_engine_cpus
