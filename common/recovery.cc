@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "common/messages.h"
 #include "common/progress.h"
+#include "common/shm_names.h"
 #include "common/shutdown.h"
 #include "common/thread_stats.h"
 
@@ -38,16 +39,6 @@ std::string NicName(size_t gpu, size_t nic) {
 }
 
 bool IsShm(const Network& net) { return std::string(net.info().fabric_attr->prov_name) == "shm"; }
-
-// "fi_shm://123:0:4" -> "123:0:4" (the file under /dev/shm); "" if no name.
-std::string ShmFileName(const std::vector<uint8_t>& address) {
-  static const std::string kPrefix = "fi_shm://";
-  std::string name(address.begin(), address.end());
-  name = name.c_str();  // up to the NUL
-  if (name.compare(0, kPrefix.size(), kPrefix) == 0) name = name.substr(kPrefix.size());
-  if (name.empty() || name.find('/') != std::string::npos) return "";
-  return name;
-}
 
 }  // namespace
 
@@ -235,40 +226,28 @@ std::string RebuildNetworks(Node& node) {
 
 int PeerProcess(const Network& net, const std::vector<uint8_t>& address) {
   if (!IsShm(net)) return 0;
-  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
-  std::string file = ShmFileName(address);
-  char* end = nullptr;
-  long pid = std::strtol(file.c_str(), &end, 10);
-  if (end == file.c_str() || *end != ':' || pid <= 0) return 0;
-  return static_cast<int>(pid);
+  auto name = ParseShmAddress(address);
+  return name ? static_cast<int>(name->pid) : 0;
 }
 
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address) {
-  int pid = PeerProcess(net, address);
-  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+  return ProcessGone(PeerProcess(net, address));
 }
 
 uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& address) {
   if (!IsShm(net)) return 0;
-  std::string file = ShmFileName(address);
+  auto name = ParseShmAddress(address);
   struct stat st {};
-  if (file.empty() || stat(("/dev/shm/" + file).c_str(), &st) != 0) return 0;
+  if (!name || stat(("/dev/shm/" + name->file).c_str(), &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_ino);
 }
 
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers) {
+  if (!IsShm(net)) return;
   for (const auto& address : peers) {
-    if (!PeerKnownDead(net, address)) continue;
-    // All of that process's endpoints ("<pid>:<uid>:<index>"), not only
-    // the one we know: a dead server's other NICs are named the same way.
-    std::string file = ShmFileName(address);
-    std::string prefix = file.substr(0, file.find(':', file.find(':') + 1) + 1);
-    if (DIR* dir = opendir("/dev/shm")) {
-      while (dirent* entry = readdir(dir)) {
-        if (std::string(entry->d_name).rfind(prefix, 0) == 0) shm_unlink(entry->d_name);
-      }
-      closedir(dir);
-    }
+    // All of that process's endpoints, not only the one we know: a dead
+    // server's other NICs are named the same way.
+    if (auto name = ParseShmAddress(address)) RemoveFilesOfDeadProcess(*name);
   }
 }
 
@@ -340,25 +319,19 @@ void StaleFileSweeper::Sweep() {
   if (now < next_sweep_) return;
   next_sweep_ = now + std::chrono::seconds(1);
   std::map<std::string, std::chrono::steady_clock::time_point> still_dead;
-  const std::string uid = std::to_string(getuid());
   if (DIR* dir = opendir("/dev/shm")) {
     while (dirent* entry = readdir(dir)) {
-      // shm's names: "<pid>:<uid>:<index>", nothing else.
-      std::string name = entry->d_name;
-      char* end = nullptr;
-      long pid = std::strtol(name.c_str(), &end, 10);
-      if (end == name.c_str() || *end != ':' || pid <= 0 || pid == getpid()) continue;
-      std::string rest = end + 1;
-      if (rest.compare(0, uid.size() + 1, uid + ":") != 0) continue;
-      std::string index = rest.substr(uid.size() + 1);
-      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-      auto seen = seen_dead_.find(name);
+      auto name = ParseShmName(entry->d_name);
+      if (!name || name->file != entry->d_name || name->uid != getuid() || name->pid == getpid() ||
+          !ProcessGone(name->pid)) {
+        continue;
+      }
+      auto seen = seen_dead_.find(name->file);
       auto since = seen != seen_dead_.end() ? seen->second : now;
       if (now - since >= kDeadFor) {
-        shm_unlink(name.c_str());
+        RemoveFilesOfDeadProcess(*name);
       } else {
-        still_dead.emplace(name, since);
+        still_dead.emplace(name->file, since);
       }
     }
     closedir(dir);

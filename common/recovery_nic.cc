@@ -17,6 +17,7 @@
 #include <deque>
 
 #include "common/post_queue.h"
+#include "common/shm_names.h"
 
 namespace tutorial {
 namespace {
@@ -88,23 +89,16 @@ namespace {
 // then dereferences the missing mapping and the process dies (SIGSEGV).
 // So the endpoint must exist, and its process live, right before insert.
 void CheckShmPeerExists(const std::vector<uint8_t>& address) {
-  static const std::string kPrefix = "fi_shm://";
-  std::string name(reinterpret_cast<const char*>(address.data()));
-  std::string file =
-      name.compare(0, kPrefix.size(), kPrefix) == 0 ? name.substr(kPrefix.size()) : name;
-  if (file.empty() || file.find('/') != std::string::npos) {
-    throw RuntimeError("'" + name + "' is no shm endpoint name");
-  }
+  std::string text(address.begin(), address.end());
+  text = text.c_str();  // up to the NUL
+  auto name = ParseShmAddress(address);
+  if (!name) throw RuntimeError("'" + PrintableName(text) + "' is no shm endpoint name");
   struct stat st {};
-  if (stat(("/dev/shm/" + file).c_str(), &st) != 0 || st.st_size == 0) {
-    throw RuntimeError("no shm endpoint '" + name + "' on this host");
+  if (stat(("/dev/shm/" + name->file).c_str(), &st) != 0 || st.st_size == 0) {
+    throw RuntimeError("no shm endpoint '" + name->file + "' on this host");
   }
-  // Names are "<pid>:<uid>:<index>" unless an application chose its own.
-  char* end = nullptr;
-  long pid = std::strtol(file.c_str(), &end, 10);
-  if (end != file.c_str() && *end == ':' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 &&
-      errno == ESRCH) {
-    throw RuntimeError("the process of shm endpoint '" + name + "' is gone");
+  if (ProcessGone(name->pid)) {
+    throw RuntimeError("the process of shm endpoint '" + name->file + "' is gone");
   }
 }
 

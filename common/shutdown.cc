@@ -20,6 +20,7 @@
 
 #include "common/call_meter.h"
 #include "common/network.h"
+#include "common/shm_names.h"
 #include "common/thread_stats.h"
 
 extern char** environ;
@@ -180,13 +181,9 @@ void InstallStopHandlers() {
 bool StopRequested() { return g_stop.load(std::memory_order_relaxed); }
 
 void UnlinkProviderFiles(const Network& network) {
-  static const char kShmPrefix[] = "fi_shm://";
-  const std::vector<uint8_t>& address = network.address();
-  std::string name(address.begin(), address.end());
-  name = name.c_str();  // up to the NUL
-  if (name.compare(0, sizeof(kShmPrefix) - 1, kShmPrefix) == 0) {
-    shm_unlink(name.substr(sizeof(kShmPrefix) - 1).c_str());
-  }
+  // Only our own endpoint's file, and only under a name that parses.
+  auto name = ParseShmAddress(network.address());
+  if (name && name->pid == getpid()) shm_unlink(name->file.c_str());
 }
 
 ProviderWatchdog::ProviderWatchdog(std::string program, std::vector<Network*> networks,
