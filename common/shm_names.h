@@ -1,5 +1,6 @@
 // The files libfabric's shm provider keeps under /dev/shm, one per endpoint,
-// named "<pid>:<uid>:<index>" (its address is "fi_shm://" plus that name).
+// named "<pid>:<uid>:<index>" (its address is "fi_shm://" plus that name;
+// prov/shm/src/smr_ep.c, smr_endpoint_name, the same from 1.17 to 2.x).
 // Every place that reads a peer's name, and every cleanup of files a dead
 // process left, goes through this parser: a name that does not parse
 // exactly names nothing, so no malformed or hostile address can widen a
