@@ -1,5 +1,6 @@
 #include "common/network.h"
 
+#include <dlfcn.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
@@ -7,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -73,6 +76,59 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
   return hints;
 }
 
+namespace {
+
+// Why a provider that works with host memory offers no FI_HMEM, naming the
+// missing piece. libfabric's CUDA support dlopens the unversioned
+// "libcudart.so" when it starts (src/hmem_cuda.c); our binaries link cudart
+// statically, so they do not bring that file. A libfabric built without
+// CUDA does not contain that name at all.
+[[noreturn]] void ThrowNoHmem(const std::string& provider) {
+  Dl_info where{};
+  std::string library;
+  if (dladdr(reinterpret_cast<void*>(&fi_getinfo), &where) != 0 && where.dli_fname != nullptr)
+    library = where.dli_fname;
+  if (!library.empty()) {
+    std::ifstream file(library, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (!bytes.empty() && bytes.find("libcudart.so") == std::string::npos)
+      throw UsageError(
+          "this libfabric was built without CUDA support, so no provider takes CUDA "
+          "memory; use --memory host, or a CUDA-enabled libfabric (the EFA "
+          "installer's on a p5): " +
+          library);
+  }
+  void* cudart = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+  if (cudart == nullptr)
+    throw UsageError(
+        "libfabric cannot load libcudart.so (it dlopens that unversioned name; "
+        "without it CUDA support stays off and no provider offers FI_HMEM): put the "
+        "CUDA toolkit's lib64 on LD_LIBRARY_PATH, e.g. export "
+        "LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH, and run again "
+        "(provider " +
+        provider + ")");
+  dlclose(cudart);
+  throw UsageError("no FI_HMEM (CUDA memory) from provider " + provider +
+                   " although libfabric loads libcudart.so; FI_LOG_LEVEL=info fi_info -p " +
+                   provider + " -c FI_HMEM says why; or use --memory host");
+}
+
+// efa answers a WRITE with remote CQ data with -FI_EOPNOTSUPP when the two
+// hosts differ on "unsolicited write recv" (efa_rdm_rma.c,
+// efa_rdm_rma_post_write), which different EFA installer versions do.
+std::string WithEfaWriteHint(std::string message, int error, OpType type, const fi_info& info) {
+  const char* provider = info.fabric_attr != nullptr ? info.fabric_attr->prov_name : nullptr;
+  if (error != FI_EOPNOTSUPP || type != OpType::kWrite || provider == nullptr ||
+      std::strstr(provider, "efa") == nullptr)
+    return message;
+  return message +
+         " (efa refuses a WRITE with immediate data when the two hosts differ on unsolicited "
+         "write recv: install the same EFA installer version on both, or set "
+         "FI_EFA_USE_UNSOLICITED_WRITE_RECV=0 on both)";
+}
+
+}  // namespace
+
 std::string ResolveProvider(const std::string& requested) {
   if (requested != "auto") return requested;
   FabricChoice efa{"efa", MemoryKind::kHost, ""};
@@ -108,9 +164,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
               " (rebuild against newer libfabric headers, e.g. "
               "LIBFABRIC_PREFIX=/opt/amazon/efa)");
         }
-        throw UsageError("provider '" + choice.provider +
-                         "' cannot register CUDA memory (no FI_HMEM in this libfabric); use "
-                         "--memory host, or --provider shm/efa with a CUDA-enabled libfabric");
+        ThrowNoHmem(choice.provider);
       }
     }
     throw UsageError("provider '" + choice.provider + "' is not available (fi_getinfo: " +
@@ -409,7 +463,8 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
                        : op->type == OpType::kSend ? "fi_send"
                                                    : "fi_recv";
     op->error = static_cast<int>(-ret);
-    op->error_message = std::string(call) + ": " + fi_strerror(op->error);
+    op->error_message = WithEfaWriteHint(std::string(call) + ": " + fi_strerror(op->error),
+                                         op->error, op->type, *info_);
     op->state = OpState::kFailed;
     failed_.push_back(op);
     return ret;
@@ -549,7 +604,7 @@ void Network::HandleErrorCompletion() {
   if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
   if (op->type != OpType::kRecv) --posted_transmits_;
   op->error = error;
-  op->error_message = std::move(message);
+  op->error_message = WithEfaWriteHint(std::move(message), error, op->type, *info_);
   if (op->type == OpType::kRecv) op->received = err.len;
   Complete(op);
   FreeOp(op);
