@@ -155,7 +155,7 @@ def check_installer(m):
                     % (version_file, libfabric, m.prefix),
                     "use the EFA installer's libfabric (%s), the same version on both hosts"
                     % INSTALLER_URL)
-    return skip("libfabric %s in %s is not the EFA installer's (no %s): fine without EFA"
+    return skip("not the EFA installer's libfabric: %s in %s (no %s beside it): fine without EFA"
                 % (libfabric, m.prefix, version_file.name))
 
 

@@ -110,7 +110,7 @@ class P5CheckTest(unittest.TestCase):
                                "--loopback-memory", "host",
                                memlock=unlimited if can_raise else None)
         self.assertIn("1. EFA installer", out)
-        self.assertIn("SKIP  libfabric", self.line(out, 1))  # not the installer's
+        self.assertIn("SKIP  not the EFA installer's libfabric", self.line(out, 1))  # not the installer's
         for number in (2, 4):
             self.assertIn("SKIP  no EFA device on this machine", self.line(out, number))
         self.assertIn("SKIP  no NVIDIA GPU here", self.line(out, 3))
