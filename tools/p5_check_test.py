@@ -244,6 +244,16 @@ class P5CheckTest(unittest.TestCase):
         self.assertIn("same EFA installer version on both hosts, or set "
                       "FI_EFA_USE_UNSOLICITED_WRITE_RECV=0 on both", self.line(out, 7))
 
+    def test_the_p5_page_quotes_the_series_numbers_from_series_py(self):
+        sys.path.insert(0, str(CHECKOUT / "tools"))
+        import series  # noqa: E402
+        page = (CHECKOUT / "docs" / "running-on-p5.md").read_text()
+        for chapter, (_, gbps, mops) in series.CHAPTERS.items():
+            number, name = chapter.split("_", 1)
+            share = "%.1f%%" % (100 * gbps / series.SERIES_LINK_GBPS)
+            row = "| %s %s | %.3f | %s | %.3f |" % (number, name, gbps, share, mops)
+            self.assertIn(row, page)
+
 
 if __name__ == "__main__":
     unittest.main()
