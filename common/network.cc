@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/device_rdma.h"
+#include "common/efa_hints.h"
 #include "common/post_queue.h"
 #include "common/recovery_nic.h"
 
@@ -113,20 +114,6 @@ namespace {
                    provider + " -c FI_HMEM says why; or use --memory host");
 }
 
-// efa answers a WRITE with remote CQ data with -FI_EOPNOTSUPP when the two
-// hosts differ on "unsolicited write recv" (efa_rdm_rma.c,
-// efa_rdm_rma_post_write), which different EFA installer versions do.
-std::string WithEfaWriteHint(std::string message, int error, OpType type, const fi_info& info) {
-  const char* provider = info.fabric_attr != nullptr ? info.fabric_attr->prov_name : nullptr;
-  if (error != FI_EOPNOTSUPP || type != OpType::kWrite || provider == nullptr ||
-      std::strstr(provider, "efa") == nullptr)
-    return message;
-  return message +
-         " (efa refuses a WRITE with immediate data when the two hosts differ on unsolicited "
-         "write recv: install the same EFA installer version on both, or set "
-         "FI_EFA_USE_UNSOLICITED_WRITE_RECV=0 on both)";
-}
-
 }  // namespace
 
 std::string ResolveProvider(const std::string& requested) {
@@ -180,6 +167,12 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
     if (!seen_domains.insert(domain).second) continue;
     nics.emplace_back(fi_dupinfo(info));
   }
+  if (choice.domain.empty() && P5LacksNics(choice.provider, nics.size(), InstanceType()))
+    std::fprintf(stderr,
+                 "warning: efa: fewer NICs than a p5 has (%zu of %zu): launch with all %zu EFA "
+                 "interfaces (network cards 0-%zu, interface type efa or efa-only); this run "
+                 "uses %zu\n",
+                 nics.size(), kP5EfaNics, kP5EfaNics, kP5EfaNics - 1, nics.size());
   if (nics.empty()) {
     std::string domains;
     for (fi_info* info = list; info != nullptr; info = info->next) {
@@ -463,8 +456,9 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
                        : op->type == OpType::kSend ? "fi_send"
                                                    : "fi_recv";
     op->error = static_cast<int>(-ret);
-    op->error_message = WithEfaWriteHint(std::string(call) + ": " + fi_strerror(op->error),
-                                         op->error, op->type, *info_);
+    op->error_message =
+        WithEfaWriteHint(std::string(call) + ": " + fi_strerror(op->error), op->error,
+                         op->type == OpType::kWrite, info_->fabric_attr->prov_name);
     op->state = OpState::kFailed;
     failed_.push_back(op);
     return ret;
@@ -604,7 +598,8 @@ void Network::HandleErrorCompletion() {
   if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
   if (op->type != OpType::kRecv) --posted_transmits_;
   op->error = error;
-  op->error_message = WithEfaWriteHint(std::move(message), error, op->type, *info_);
+  op->error_message = WithEfaWriteHint(std::move(message), error, op->type == OpType::kWrite,
+                                       info_->fabric_attr->prov_name);
   if (op->type == OpType::kRecv) op->received = err.len;
   Complete(op);
   FreeOp(op);

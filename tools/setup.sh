@@ -140,11 +140,6 @@ if [[ $(id -u) -ne 0 ]]; then
   if command -v sudo >/dev/null; then sudo="sudo"
   elif ((dry_run == 0)); then echo "setup: need root or sudo" >&2; exit 1; fi
 fi
-if [[ $manager == apt ]]; then
-  # apt-cache knows nothing (or an old list) before the first update.
-  if ((dry_run == 0)); then $sudo apt-get update -q >/dev/null
-  else echo "setup: dry run: apt-cache answers from the lists as they are (no apt-get update)"; fi
-fi
 available() {
   if [[ $manager == apt ]]; then
     apt-cache show "$1" >/dev/null 2>&1
@@ -159,6 +154,20 @@ installed() {
     rpm -q "$1" >/dev/null 2>&1
   fi
 }
+
+# apt-cache knows nothing (or an old list) before the first update: update
+# once, before the first look-up, when anything is missing.
+missing_any=0
+for pair in "${required[@]}" "${optional[@]}" "${headers[@]}"; do
+  installed "${pair%%:*}" || { missing_any=1; break; }
+done
+if [[ $manager == apt ]] && ((missing_any)); then
+  if ((dry_run)); then
+    echo "setup: dry run: apt-cache answers from the lists as they are (no apt-get update)"
+  elif ! $sudo apt-get update -q >/dev/null; then
+    echo "setup: warning: apt-get update failed (offline?): the package lists may be old"
+  fi
+fi
 
 to_install=()
 absent_required=()
