@@ -164,7 +164,8 @@ def efa_domains(m, hmem):
     cmd = [m.fi_info(), "-p", "efa", "-t", "FI_EP_RDM"] + (["-c", "FI_HMEM"] if hmem else [])
     out = m.run(cmd, timeout=60).stdout
     names = set(re.findall(r"^\s*domain:\s*(rdmap\S+)", out, re.M))
-    return sorted(names, key=lambda n: [int(d) if d.isdigit() else d for d in re.split(r"(\d+)", n)])
+    return sorted(names, key=lambda n: [int(d) if d.isdigit() else d
+                                        for d in re.split(r"(\d+)", n)])
 
 
 def check_domains(m):

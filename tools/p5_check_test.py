@@ -94,7 +94,8 @@ class P5CheckTest(unittest.TestCase):
         lines = out.splitlines()
         for i, text in enumerate(lines):
             if text.startswith("%d. " % number):
-                fix = lines[i + 1] if i + 1 < len(lines) and lines[i + 1].startswith("   fix:") else ""
+                following = lines[i + 1] if i + 1 < len(lines) else ""
+                fix = following if following.startswith("   fix:") else ""
                 return text + "\n" + fix
         self.fail("no line %d in:\n%s" % (number, out))
 
@@ -110,7 +111,7 @@ class P5CheckTest(unittest.TestCase):
                                "--loopback-memory", "host",
                                memlock=unlimited if can_raise else None)
         self.assertIn("1. EFA installer", out)
-        self.assertIn("SKIP  not the EFA installer's libfabric", self.line(out, 1))  # not the installer's
+        self.assertIn("SKIP  not the EFA installer's libfabric", self.line(out, 1))
         for number in (2, 4):
             self.assertIn("SKIP  no EFA device on this machine", self.line(out, number))
         self.assertIn("SKIP  no NVIDIA GPU here", self.line(out, 3))
@@ -120,7 +121,7 @@ class P5CheckTest(unittest.TestCase):
         if can_raise:
             self.assertIn("PASS  memlock limit unlimited", self.line(out, 6))
             self.assertEqual(code, 0, out)
-            self.assertIn("0 FAIL, 3 SKIP", out)
+            self.assertIn("3 PASS, 0 FAIL, 4 SKIP", out)
 
     def test_1_no_installer_on_a_p5(self):
         empty = self.tmp / "no-efa-prefix"

@@ -272,8 +272,8 @@ class SetupTest(unittest.TestCase):
                 result, log, case = self.setup(system, self.efa, args=["--dry-run"])
                 self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
                 self.assertEqual(self.installs(log), [])
-                self.assertFalse([l for l in log if l.startswith(("apt-get", "curl", "dnf install"))],
-                                 log)
+                changes = ("apt-get", "curl", "dnf install")
+                self.assertFalse([l for l in log if l.startswith(changes)], log)
                 self.assertEqual(list((case / "bin").iterdir()), [])
                 self.assertEqual(list((case / "include").iterdir()), [])
                 self.assertIn("would install:", result.stdout)
