@@ -188,7 +188,12 @@ optional_install=()
 for p in "${optional[@]}"; do
   installed "$p" && continue
   if available "$p"; then optional_install+=("$p")
-  else echo "setup: warning: optional package $p is not in $os_name's repositories: skipped"; fi
+  else
+    echo "setup: warning: optional package $p is not in $os_name's repositories: skipped"
+    [[ $p == gtest-devel ]] &&
+      echo "setup: warning: without GoogleTest the chapters build (bazel build //chapters/...);" \
+           "the tests need one (GTEST_PREFIX=<a GoogleTest install>)"
+  fi
 done
 vendor=()
 for pair in "${headers[@]}"; do

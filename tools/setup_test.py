@@ -242,6 +242,7 @@ class SetupTest(unittest.TestCase):
         # AL2023 has neither package in this simulation: both vendored.
         result, _, case = self.setup("al2023", self.efa, with_bazel=True)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("without GoogleTest the chapters build", result.stdout)
         self.assertTrue((case / "include" / "CLI" / "CLI.hpp").exists())
 
     def test_a_missing_required_package_stops_with_one_line_naming_it(self):
