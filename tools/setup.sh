@@ -129,6 +129,12 @@ if [[ -n $efa ]]; then
        "the distribution's libfabric is not installed"
 else
   required+=("${libfabric[@]}")
+  # Without the installer's libfabric, the distribution's must be 1.17 or
+  # newer (the chapters are built against Debian 12's 1.17).
+  if [[ $os_id:$os_version == ubuntu:22.04 ]]; then
+    echo "setup: warning: Ubuntu 22.04's libfabric is 1.11, older than the 1.17 the chapters" \
+         "need: build 2.x with tools/build_libfabric.sh and set LIBFABRIC_PREFIX"
+  fi
 fi
 have_bazel=0
 command -v bazel >/dev/null && have_bazel=1

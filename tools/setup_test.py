@@ -261,11 +261,16 @@ class SetupTest(unittest.TestCase):
         self.assertIn("add-apt-repository universe", result.stderr)
 
     def test_without_the_efa_installer_the_distributions_libfabric_is_installed(self):
-        for system in ("debian12",):  # the only list that has libfabric-dev
-            result, log, _ = self.setup(system, self.tmp / "no-efa", with_bazel=True)
-            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            self.assertIn(LIBFABRIC[system], self.installs(log))
-            self.assertNotIn("EFA installer", result.stdout)
+        for system in ("debian12", "ubuntu2204", "ubuntu2404"):
+            with self.subTest(system=system):
+                index = fixture_names(system) + ["libfabric-bin"]  # not looked up on Ubuntu
+                result, log, _ = self.setup(system, self.tmp / "no-efa", with_bazel=True,
+                                            index=index)
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+                self.assertIn(LIBFABRIC[system], self.installs(log))
+                self.assertNotIn("EFA installer", result.stdout)
+                # Ubuntu 22.04's is 1.11 (its recorded list says so): too old.
+                self.assertEqual("libfabric is 1.11" in result.stdout, system == "ubuntu2204")
 
     def test_dry_run_changes_nothing(self):
         for system in SYSTEMS:
