@@ -1,6 +1,5 @@
 #include "common/network.h"
 
-#include <dlfcn.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_rma.h>
@@ -8,15 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <utility>
 
 #include "common/device_rdma.h"
-#include "common/efa_hints.h"
 #include "common/post_queue.h"
 #include "common/recovery_nic.h"
+#include "common/setup_hints.h"
 
 namespace tutorial {
 
@@ -77,45 +74,6 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
   return hints;
 }
 
-namespace {
-
-// Why a provider that works with host memory offers no FI_HMEM, naming the
-// missing piece. libfabric's CUDA support dlopens the unversioned
-// "libcudart.so" when it starts (src/hmem_cuda.c); our binaries link cudart
-// statically, so they do not bring that file. A libfabric built without
-// CUDA does not contain that name at all.
-[[noreturn]] void ThrowNoHmem(const std::string& provider) {
-  Dl_info where{};
-  std::string library;
-  if (dladdr(reinterpret_cast<void*>(&fi_getinfo), &where) != 0 && where.dli_fname != nullptr)
-    library = where.dli_fname;
-  if (!library.empty()) {
-    std::ifstream file(library, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    if (!bytes.empty() && bytes.find("libcudart.so") == std::string::npos)
-      throw UsageError(
-          "this libfabric was built without CUDA support, so no provider takes CUDA "
-          "memory; use --memory host, or a CUDA-enabled libfabric (the EFA "
-          "installer's on a p5): " +
-          library);
-  }
-  void* cudart = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
-  if (cudart == nullptr)
-    throw UsageError(
-        "libfabric cannot load libcudart.so (it dlopens that unversioned name; "
-        "without it CUDA support stays off and no provider offers FI_HMEM): put the "
-        "CUDA toolkit's lib64 on LD_LIBRARY_PATH, e.g. export "
-        "LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH, and run again "
-        "(provider " +
-        provider + ")");
-  dlclose(cudart);
-  throw UsageError("no FI_HMEM (CUDA memory) from provider " + provider +
-                   " although libfabric loads libcudart.so; FI_LOG_LEVEL=info fi_info -p " +
-                   provider + " -c FI_HMEM says why; or use --memory host");
-}
-
-}  // namespace
-
 std::string ResolveProvider(const std::string& requested) {
   if (requested != "auto") return requested;
   FabricChoice efa{"efa", MemoryKind::kHost, ""};
@@ -151,7 +109,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
               " (rebuild against newer libfabric headers, e.g. "
               "LIBFABRIC_PREFIX=/opt/amazon/efa)");
         }
-        ThrowNoHmem(choice.provider);
+        ThrowNoGpuMemory(choice.provider);
       }
     }
     throw UsageError("provider '" + choice.provider + "' is not available (fi_getinfo: " +
@@ -167,12 +125,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
     if (!seen_domains.insert(domain).second) continue;
     nics.emplace_back(fi_dupinfo(info));
   }
-  if (choice.domain.empty() && P5LacksNics(choice.provider, nics.size(), InstanceType()))
-    std::fprintf(stderr,
-                 "warning: efa: fewer NICs than a p5 has (%zu of %zu): launch with all %zu EFA "
-                 "interfaces (network cards 0-%zu, interface type efa or efa-only); this run "
-                 "uses %zu\n",
-                 nics.size(), kP5EfaNics, kP5EfaNics, kP5EfaNics - 1, nics.size());
+  if (choice.domain.empty()) WarnIfP5LacksNics(choice.provider, nics.size());
   if (nics.empty()) {
     std::string domains;
     for (fi_info* info = list; info != nullptr; info = info->next) {
@@ -456,9 +409,7 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
                        : op->type == OpType::kSend ? "fi_send"
                                                    : "fi_recv";
     op->error = static_cast<int>(-ret);
-    op->error_message =
-        WithEfaWriteHint(std::string(call) + ": " + fi_strerror(op->error), op->error,
-                         op->type == OpType::kWrite, info_->fabric_attr->prov_name);
+    op->error_message = WithEfaHint(std::string(call) + ": " + fi_strerror(op->error), *op, *info_);
     op->state = OpState::kFailed;
     failed_.push_back(op);
     return ret;
@@ -598,8 +549,7 @@ void Network::HandleErrorCompletion() {
   if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
   if (op->type != OpType::kRecv) --posted_transmits_;
   op->error = error;
-  op->error_message = WithEfaWriteHint(std::move(message), error, op->type == OpType::kWrite,
-                                       info_->fabric_attr->prov_name);
+  op->error_message = WithEfaHint(std::move(message), *op, *info_);
   if (op->type == OpType::kRecv) op->received = err.len;
   Complete(op);
   FreeOp(op);
