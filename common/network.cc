@@ -13,6 +13,7 @@
 #include "common/device_rdma.h"
 #include "common/post_queue.h"
 #include "common/recovery_nic.h"
+#include "common/setup_hints.h"
 
 namespace tutorial {
 
@@ -108,9 +109,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
               " (rebuild against newer libfabric headers, e.g. "
               "LIBFABRIC_PREFIX=/opt/amazon/efa)");
         }
-        throw UsageError("provider '" + choice.provider +
-                         "' cannot register CUDA memory (no FI_HMEM in this libfabric); use "
-                         "--memory host, or --provider shm/efa with a CUDA-enabled libfabric");
+        ThrowNoGpuMemory(choice.provider);
       }
     }
     throw UsageError("provider '" + choice.provider + "' is not available (fi_getinfo: " +
@@ -126,6 +125,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
     if (!seen_domains.insert(domain).second) continue;
     nics.emplace_back(fi_dupinfo(info));
   }
+  if (choice.domain.empty()) WarnIfP5LacksNics(choice.provider, nics.size());
   if (nics.empty()) {
     std::string domains;
     for (fi_info* info = list; info != nullptr; info = info->next) {
@@ -409,7 +409,7 @@ ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
                        : op->type == OpType::kSend ? "fi_send"
                                                    : "fi_recv";
     op->error = static_cast<int>(-ret);
-    op->error_message = std::string(call) + ": " + fi_strerror(op->error);
+    op->error_message = WithEfaHint(std::string(call) + ": " + fi_strerror(op->error), *op, *info_);
     op->state = OpState::kFailed;
     failed_.push_back(op);
     return ret;
@@ -549,7 +549,7 @@ void Network::HandleErrorCompletion() {
   if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
   if (op->type != OpType::kRecv) --posted_transmits_;
   op->error = error;
-  op->error_message = std::move(message);
+  op->error_message = WithEfaHint(std::move(message), *op, *info_);
   if (op->type == OpType::kRecv) op->received = err.len;
   Complete(op);
   FreeOp(op);

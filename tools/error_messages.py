@@ -21,6 +21,9 @@ more characters, stripped of spaces, a leading "error:" or "warning:" and traili
 punctuation: the fixed words a user can search for. A literal with no such
 piece (a lone ": ") says nothing and is left out.
 
+tools/p5_check.py (the checks a p5 user runs first) counts too: the text
+of each fail(...) and skip(...) it can print.
+
   python3 tools/error_messages.py            # one stem a line, with where
   python3 tools/error_messages.py --check docs/troubleshooting.md
 
@@ -40,6 +43,9 @@ CALLS = re.compile(r"(?:\bthrow\s+(?:tutorial::)?(?:UsageError|RuntimeError|Prot
                    r"|\bsnprintf\(\s*(?:text|what)\s*,[^,]*,"
                    r"|\bprintf\(\s*(?=\"[^\"]*(?:abandoned|error|warning|failed|cannot|Note:)))"
                    r'((?:"(?:[^"\\]|\\.)*"|[^;"])*)')  # to the ; outside strings
+# tools/p5_check.py: a FAIL or SKIP line's text, the call's first literals.
+PY_CALLS = re.compile(r'\b(?:fail|skip)\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)')
+PY_SOURCES = ["tools/p5_check.py"]
 LITERALS = re.compile(r'(?:"(?:[^"\\]|\\.)*"\s*)+')
 LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -76,6 +82,16 @@ def messages(root=ROOT):
                     continue
                 line = text.count("\n", 0, m.start()) + 1
                 found.setdefault(s, []).append(f"{path.relative_to(root)}:{line}")
+    for relative in PY_SOURCES:
+        path = root / relative
+        if not path.exists():
+            continue
+        text = path.read_text()
+        for m in PY_CALLS.finditer(text):
+            s = stem(m.group(1))
+            if len(s) >= 4:
+                line = text.count("\n", 0, m.start()) + 1
+                found.setdefault(s, []).append(f"{relative}:{line}")
     return found
 
 
