@@ -36,6 +36,13 @@ values and the residuals at those points. It predicts nothing else: a
 prediction that starts from a run's own time is not one.
 
   python3 tools/simnic_fit.py results/h200-16core-*simnic*
+
+--costs prints simnic/costs.h as a table (docs/simnic.md shows it);
+--errors a row per chapter and page size: the predictions' errors over the
+folders. --ladder prints a row per recorded folder: each lesson's step with its
+noise and verdict (compare.py's), and how far the predictions fell:
+
+  python3 tools/simnic_fit.py --ladder results/h200-16core-*simnic*
 """
 import argparse
 import json
@@ -228,10 +235,90 @@ def print_prediction(pred, layout):
               f"{'the line' if p['at_line'] else 'its CPU'} |")
 
 
+LESSONS = {  # the steps each page size is judged on
+    256: (("11_multithread", "12_pin"), ("12_pin", "13_shard"), ("13_shard", "14_batch")),
+    128: (("14_batch", "15_lazy"), ("16_thread_domain", "17_op_pool"),
+          ("17_op_pool", "18_more")),
+}
+
+
+def ladder_rows(folders):
+    """One row per recorded folder: its CPUs, layout and page, each lesson's
+    step (ratio, uncertainty, verdict as compare.py judged it) and the
+    prediction's largest error."""
+    rows = []
+    for folder in folders:
+        data = json.loads((pathlib.Path(folder) / "results.json").read_text())
+        meta, by = data["meta"], {r["chapter"]: r for r in data["rows"]}
+        s = meta["settings"]
+        steps = []
+        for before, after in LESSONS.get(s["page_size"], ()):
+            r = by.get(after, {})
+            if "step" in r and before in by:
+                noise = r.get("step_noise")
+                steps.append(f"{before[:2]}->{after[:2]} x{r['step']:.3f}"
+                             f"{'' if noise is None else f' ±{noise:.3f}'} {r['step_verdict']}")
+        errors = [r["prediction_error"] for r in data["rows"] if r.get("prediction_error")
+                  is not None]
+        worst = max(errors, key=abs) if errors else None
+        rows.append({"folder": pathlib.Path(folder).name, "cpus": meta["machine"]["cpus"],
+                     "layout": f"{s['gpus']}x{s['nics_per_gpu']}", "page": s["page_size"],
+                     "steps": steps, "worst": worst,
+                     "within": sum(abs(e) <= 0.15 for e in errors), "predicted": len(errors)})
+    return rows
+
+
+def print_ladder(folders):
+    print("| folder (SIMULATED) | CPUs | layout | page | lessons' steps (x rate, ± noise) | "
+          "predictions within 15% | worst prediction error |")
+    print("|---|---:|---|---:|---|---:|---:|")
+    for r in sorted(ladder_rows(folders), key=lambda r: (r["page"], r["cpus"], r["folder"])):
+        worst = "-" if r["worst"] is None else f"{100 * r['worst']:+.1f}%"
+        print(f"| {r['folder']} | {r['cpus']} | {r['layout']} | {r['page']} B | "
+              f"{'; '.join(r['steps'])} | {r['within']} of {r['predicted']} | {worst} |")
+
+
+def print_errors(folders):
+    """One row per chapter and page: how far the predictions made before
+    the runs fell from the measured medians, over the folders."""
+    errors = {}
+    for folder in folders:
+        data = json.loads((pathlib.Path(folder) / "results.json").read_text())
+        page = data["meta"]["settings"]["page_size"]
+        for r in data["rows"]:
+            if r.get("prediction_error") is not None:
+                errors.setdefault((page, r["chapter"]), []).append(r["prediction_error"])
+    print("| chapter | page | folders | predicted / measured - 1 | within 15% |")
+    print("|---|---:|---:|---:|---:|")
+    for (page, chapter), e in sorted(errors.items()):
+        print(f"| {chapter} | {page} B | {len(e)} | {100 * min(e):+.0f}% to {100 * max(e):+.0f}% | "
+              f"{sum(abs(x) <= 0.15 for x in e)} of {len(e)} |")
+
+
+def print_costs_table(path=COSTS_HEADER):
+    """simnic/costs.h as a Markdown table: variable, frozen value, rule."""
+    print("| variable | frozen value | rule |")
+    print("|---|---:|---|")
+    pattern = (r"^inline constexpr \w+ (k\w+) = ([0-9.]+);\s*// (SIMNIC_\w+): (.*)\n"
+               r"((?:\s+//.*\n)*)")  # a rule may go on in comments aligned under it
+    for m in re.finditer(pattern, pathlib.Path(path).read_text(), re.M):
+        rule = " ".join([m[4].strip()] + [line.strip()[2:].strip()
+                                          for line in m[5].splitlines()])
+        print(f"| `{m[3]}` | {float(m[2]):g} | {rule} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=pathlib.Path,
                         help="for the refit: tools/compare.py folders of simnic runs")
+    parser.add_argument("--costs", action="store_true",
+                        help="print simnic/costs.h as a table: each frozen cost and its rule")
+    parser.add_argument("--errors", action="store_true",
+                        help="one row per chapter and page: the predictions' errors over the "
+                        "folders")
+    parser.add_argument("--ladder", action="store_true",
+                        help="one row per folder: the lessons' steps with their noise and "
+                        "the predictions' errors, as compare.py recorded them")
     parser.add_argument("--predict", action="store_true",
                         help="predict each chapter's rate from the frozen costs and --primitives")
     parser.add_argument("--primitives", type=pathlib.Path,
@@ -242,6 +329,9 @@ def main():
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
+    if args.costs:
+        print_costs_table()
+        return 0
     if args.predict:
         if not args.primitives:
             parser.error("--predict needs --primitives (simnic_bench --primitives > FILE)")
@@ -252,6 +342,12 @@ def main():
         return 0
     if not args.folders:
         parser.error("give folders to refit, or --predict")
+    if args.ladder:
+        print_ladder(args.folders)
+        return 0
+    if args.errors:
+        print_errors(args.folders)
+        return 0
     pts = []
     for folder in args.folders:
         if not (folder / "results.json").exists():
