@@ -27,7 +27,7 @@ counters share a line with up to 3 neighbours); A and the calls per WRITE
 are the program's profile (PROFILE below), counted where its thread is
 limited by its CPU alone.
 
-Without --predict it refits instead, a published experiment beside the
+With --refit (or folders alone) it refits instead, a published experiment beside the
 frozen model and never its source: it fits the post path P and the CQ read
 C, by least squares in log time, to the series' time per WRITE of a thread
 on chapters 10 and 12 of the folders given (tools/compare.py folders), each
@@ -35,7 +35,7 @@ run's own part outside the charges as recorded, and prints the fitted
 values and the residuals at those points. It predicts nothing else: a
 prediction that starts from a run's own time is not one.
 
-  python3 tools/simnic_fit.py results/h200-16core-*simnic*
+  python3 tools/simnic_fit.py --refit results/h200-16core-*simnic*page256
 
 --costs prints simnic/costs.h as a table (docs/simnic.md shows it);
 --errors a row per chapter and page size: the predictions' errors over the
@@ -311,6 +311,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=pathlib.Path,
                         help="for the refit: tools/compare.py folders of simnic runs")
+    parser.add_argument("--refit", action="store_true",
+                        help="refit the post path and the CQ read to the series (the default "
+                        "with folders): an experiment beside the frozen model")
     parser.add_argument("--costs", action="store_true",
                         help="print simnic/costs.h as a table: each frozen cost and its rule")
     parser.add_argument("--errors", action="store_true",
