@@ -52,6 +52,7 @@ Model ReadModel() {
   ReadEnv("SIMNIC_MIGRATE_US", &m.migrate_us);
   ReadEnv("SIMNIC_REFILL_NS", &m.refill_ns);
   ReadEnv("SIMNIC_NUMA_NODES", &m.numa_nodes);
+  ReadEnv("SIMNIC_NICS_PER_GROUP", &m.nics_per_group);
   int direct = m.direct;
   ReadEnv("SIMNIC_DIRECT", &direct);
   m.direct = direct != 0;
@@ -81,6 +82,7 @@ Model ReadModel() {
   m.rx_depth = std::clamp<size_t>(m.rx_depth, 1, 1 << 16);
   m.cq_entries = std::clamp<size_t>(m.cq_entries, 64, 1 << 22);
   m.numa_nodes = std::clamp(m.numa_nodes, 1, 64);
+  m.nics_per_group = std::clamp(m.nics_per_group, 1, m.nics);
   m.engine_threads = std::clamp(m.engine_threads, 1, 64);
   m.ring_bytes = std::clamp<size_t>(m.ring_bytes, 64 * 1024, size_t{1} << 30) / 64 * 64;
   m.ring_slots = std::clamp(m.ring_slots, 1, 1024);
@@ -158,13 +160,14 @@ std::string Model::Summary() const {
                 "simnic (simulated EFA-like NIC): %d NICs x %.3g Gbps (%g Gbps / scale %g: a "
                 "%g-byte page stands for 64 KiB), tx depth %zu, calls take what they charge: post "
                 "%u ns, doorbell %u ns, CQ read %u ns + %u ns an entry (x%g from the other "
-                "virtual socket for post, doorbell and entries), first contact %u ns, lock line "
-                "%u ns, %d virtual sockets over %d cores, busy unpinned threads moved every %g us "
+                "virtual socket for doorbell and entries), first contact %u ns, lock line "
+                "%u ns, %d virtual sockets over %d cores, NICs by groups of %d, busy unpinned "
+                "threads moved every %g us "
                 "with a %u ns refill while they outnumber one socket's %d cores (simulated p5 "
                 "scheduler), %d engine thread(s), efa-direct rules %s",
                 nics, line_bps() / 1e9, unscaled_gbps, scale, 65536 / scale, tx_depth, post_ns,
                 doorbell_ns, cq_poll_ns, cq_entry_ns, remote_numa_factor, first_contact_ns,
-                lock_line_ns, numa_nodes, mask_cores, migrate_us, refill_ns,
+                lock_line_ns, numa_nodes, mask_cores, nics_per_group, migrate_us, refill_ns,
                 std::max(1, mask_cores / std::max(1, numa_nodes)), engine_threads,
                 direct ? "on" : "off");
   return line;
@@ -205,9 +208,11 @@ int NodeOfCpu(const Model& m, int cpu) {
   return m.cpu_socket[cpu];
 }
 
-int NodeOfNic(int nic_index, int nics, int nodes) {
+int NodeOfNic(int nic_index, int nics, int nodes, int nics_per_group) {
   if (nic_index < 0 || nics <= 0) return -1;
-  return static_cast<int>(static_cast<int64_t>(nic_index) * nodes / nics);
+  int per_group = std::max(1, nics_per_group);
+  int groups = (nics + per_group - 1) / per_group;
+  return static_cast<int>(static_cast<int64_t>(nic_index / per_group) * nodes / groups);
 }
 
 namespace {

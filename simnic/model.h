@@ -8,42 +8,47 @@
 #include <string>
 #include <vector>
 
+#include "simnic/costs.h"
+
 namespace simnic {
 
 struct Model {
   // NICs: one domain (and one RDM endpoint each) per simulated NIC.
-  int nics = 32;               // SIMNIC_NICS: the p5 has 32 EFA NICs
-  double unscaled_gbps = 100;  // SIMNIC_LINE_GBPS: one p5 EFA NIC
-  double scale = 256;          // SIMNIC_SCALE: line rate and page size divided by this
-  size_t tx_depth = 4096;      // SIMNIC_TX_DEPTH: EFA's tx_attr->size on a p5
-  size_t rx_depth = 8192;      // SIMNIC_RX_DEPTH: EFA's rx_attr->size on a p5
-  size_t cq_entries = 16384;   // SIMNIC_CQ_ENTRIES: completion ring per CQ
-  // Costs on the posting and polling CPU (busy waits). Each is a mechanism
-  // of a NIC or a CPU, never a chapter's: docs/simnic.md says what each
-  // stands for, and tools/simnic_fit.py fits the defaults.
-  // A call's charges are its whole length: simnic's own work runs inside
-  // them (the call spins until it has taken what it charged).
-  uint32_t post_ns = 240;         // SIMNIC_POST_NS: the provider's software path per post
-  uint32_t doorbell_ns = 200;     // SIMNIC_DOORBELL_NS: uncached MMIO write, same socket
-  double remote_numa_factor = 3;  // SIMNIC_REMOTE_NUMA_FACTOR: what crosses the socket link:
-                                  // the descriptor, the doorbell, the completions the NIC wrote
-  uint32_t cq_poll_ns = 130;      // SIMNIC_CQ_POLL_NS: one fi_cq_read's software path (an
-                                  // unchanged ring line stays in the reader's cache)
-  uint32_t cq_entry_ns = 40;      // SIMNIC_CQ_ENTRY_NS: each completion it returns (a line
-                                  // the NIC wrote)
-  uint32_t first_contact_ns = 200000;  // SIMNIC_FIRST_CONTACT_NS: first WRITE of a NIC into a
-                                       // remote region (EFA's handshake, address handle)
-  uint32_t lock_line_ns = 150;         // SIMNIC_LOCK_LINE_NS: an FI_THREAD_SAFE lock last taken by
-                                       // another thread (its line moves; x factor across sockets)
-  int numa_nodes = 2;                  // SIMNIC_NUMA_NODES: virtual sockets, as a p5
+  int nics = 32;                            // SIMNIC_NICS: the p5 has 32 EFA NICs
+  double unscaled_gbps = costs::kLineGbps;  // SIMNIC_LINE_GBPS
+  double scale = costs::kScale;             // SIMNIC_SCALE: line rate and page size divided by this
+  size_t tx_depth = costs::kTxDepth;        // SIMNIC_TX_DEPTH
+  size_t rx_depth = costs::kRxDepth;        // SIMNIC_RX_DEPTH
+  size_t cq_entries = 16384;                // SIMNIC_CQ_ENTRIES: completion ring per CQ
+  // Costs on the posting and polling CPU (busy waits), each a mechanism of
+  // a NIC or a CPU, never a chapter's. The defaults are the frozen costs of
+  // simnic/costs.h, where each one's rule and inputs are. A call's charges
+  // are its whole length: simnic's own work runs inside them (the call
+  // spins until it has taken what it charged).
+  uint32_t post_ns = costs::kPostNs;                     // SIMNIC_POST_NS: software path per post
+  uint32_t doorbell_ns = costs::kDoorbellNs;             // SIMNIC_DOORBELL_NS: uncached MMIO write
+  double remote_numa_factor = costs::kRemoteNumaFactor;  // SIMNIC_REMOTE_NUMA_FACTOR: what
+                                                         // crosses the socket link: the
+                                                         // doorbell, the completions the NIC
+                                                         // wrote
+  uint32_t cq_poll_ns = costs::kCqPollNs;    // SIMNIC_CQ_POLL_NS: one fi_cq_read (an unchanged
+                                             // ring line stays in the reader's cache)
+  uint32_t cq_entry_ns = costs::kCqEntryNs;  // SIMNIC_CQ_ENTRY_NS: each completion returned
+  uint32_t first_contact_ns = costs::kFirstContactNs;  // SIMNIC_FIRST_CONTACT_NS: first WRITE
+                                                       // of a NIC into a remote region
+  uint32_t lock_line_ns = costs::kLockLineNs;  // SIMNIC_LOCK_LINE_NS: an FI_THREAD_SAFE lock
+                                               // last taken by another thread
+  int numa_nodes = costs::kNumaNodes;          // SIMNIC_NUMA_NODES: virtual sockets, as a p5
+  // NICs of one group (one GPU's): a group's NICs share a virtual socket.
+  int nics_per_group = 1;  // SIMNIC_NICS_PER_GROUP (the tools set the layout's)
   // The p5's scheduler, simulated for a thread whose affinity spans both
   // virtual sockets (an unpinned thread): it runs on a socket; while the
   // process's busy unpinned threads fit on one virtual socket's cores it
   // stays there, and once they outnumber them the balancer moves each busy
   // one now and then (to either socket), and it refills its cache after
   // each move.
-  double migrate_us = 400;      // SIMNIC_MIGRATE_US: mean time between moves while balancing
-  uint32_t refill_ns = 216000;  // SIMNIC_REFILL_NS: cold cache after a move
+  double migrate_us = costs::kMigrateUs;  // SIMNIC_MIGRATE_US: mean time between moves
+  uint32_t refill_ns = costs::kRefillNs;  // SIMNIC_REFILL_NS: cold cache after a move
   // Virtual socket of each CPU the process may use (-1: not in its mask),
   // read once when the model is (the main thread, at fi_getinfo).
   std::vector<int16_t> cpu_socket;
@@ -83,10 +88,10 @@ uint64_t SpinUntil(uint64_t until_ns);
 
 // Virtual socket of a CPU (the process's affinity mask, in the order hwloc
 // lists cores, SMT siblings together, cut into `numa_nodes` equal parts) and
-// of a NIC (its share of the domain indices: groups 0-3 of 8 on socket 0);
-// -1 when unknown.
+// of a NIC (its group's share of the groups: groups 0-3 of 8 on socket 0,
+// a group's NICs on one socket whatever the count); -1 when unknown.
 int NodeOfCpu(const Model& m, int cpu);
-int NodeOfNic(int nic_index, int nics, int nodes);
+int NodeOfNic(int nic_index, int nics, int nodes, int nics_per_group = 1);
 
 // Where the calling thread runs, for the costs of one provider call: its
 // virtual socket, and the cold-cache refill it owes (ns, once per move).

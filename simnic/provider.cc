@@ -854,9 +854,9 @@ ssize_t Post(Endpoint* ep, const Descriptor& d, uint64_t flags) {
   used.fetch_add(1, std::memory_order_relaxed);
   ep->submit[ep->produced & ep->submit_mask] = d;
   ++ep->produced;
-  // The software path: building the work request and the descriptor in
-  // memory of the NIC's socket.
-  charge.Remote(m.post_ns);
+  // The software path: building the work request and the descriptor, in
+  // the caller's cache whichever socket it runs on.
+  charge.Local(m.post_ns);
   FirstContact(ep, d, charge);
   if (!(flags & FI_MORE)) {
     ep->published.store(ep->produced, std::memory_order_release);
@@ -1281,7 +1281,7 @@ int DomainOpen(fid_fabric* fab, fi_info* info, fid_domain** out, void* context) 
   domain->locked = info->domain_attr->threading != FI_THREAD_DOMAIN;
   domain->hmem = (info->caps & FI_HMEM) != 0;
   domain->api_version = fab->api_version;
-  domain->nic_node = NodeOfNic(index, m.nics, m.numa_nodes);
+  domain->nic_node = NodeOfNic(index, m.nics, m.numa_nodes, m.nics_per_group);
   domain->fabric->domains.fetch_add(1);
   *out = &domain->domain;
   return 0;

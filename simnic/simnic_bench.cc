@@ -6,9 +6,22 @@
 //   engine    WRITEs a second the engine threads move end to end between
 //             pairs of NICs in this process, line rate unlimited, CPU costs 0
 //
+// With --primitives it measures instead what tools/simnic_fit.py --predict
+// needs of this machine, and prints one line "simnic_primitives {json}":
+//   post_ns, cq_read_ns  what a post (without FI_MORE) and a CQ read take,
+//                        charges included, on a pinned thread whose four
+//                        NICs are on its socket, in a loop shaped like a
+//                        chapter's (post one WRITE, read every NIC's CQ),
+//                        the model's frozen costs in force; the charges
+//                        are subtracted into post_over_ns and cq_read_over_ns
+//   line_ns              one handoff of a cache line between two cores (an
+//                        atomic read-modify-write of a line another core
+//                        wrote last), the cost of a shared counter
+//
 //   bazel build //simnic:simnic_bench //simnic:libsimnic-fi.so
 //   FI_PROVIDER_PATH=$PWD/bazel-bin/simnic bazel-bin/simnic/simnic_bench [--size 256]
 //       [--writes 2000000] [--pairs 1] [--engine-threads 2]
+#include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -16,8 +29,10 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +44,7 @@
 #include <vector>
 
 #include "simnic/app_nic.h"
+#include "simnic/costs.h"
 
 namespace {
 
@@ -82,6 +98,119 @@ double PostCost(Nic& a, Region& from, fi_addr_t peer, const Region& to, size_t s
   return Ns(in_post) / count;
 }
 
+// The CPUs this process may use, in order.
+std::vector<int> AllowedCpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
+  return cpus;
+}
+
+void PinTo(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+}
+
+// Nanoseconds of one handoff of a cache line between two pinned threads:
+// each increments the shared counter when it is its turn.
+double LineHandoffNs(int cpu_a, int cpu_b, long handoffs) {
+  alignas(64) std::atomic<long> turn{0};
+  auto player = [&](int cpu, long parity) {
+    PinTo(cpu);
+    for (long i = parity; i < handoffs; i += 2) {
+      while (turn.load(std::memory_order_acquire) != i) {
+      }
+      turn.fetch_add(1, std::memory_order_acq_rel);
+    }
+  };
+  auto t0 = Clock::now();
+  std::thread a(player, cpu_a, 0), b(player, cpu_b, 1);
+  a.join();
+  b.join();
+  return Ns(Clock::now() - t0) / handoffs;
+}
+
+// A chapter-shaped loop on one pinned thread over four NIC pairs: post one
+// WRITE on the next NIC, then read every NIC's CQ; the frozen costs in
+// force. Prints the primitives line.
+int Primitives(size_t size, long writes) {
+  std::vector<int> cpus = AllowedCpus();
+  if (cpus.size() < 2) {
+    std::fprintf(stderr, "simnic_bench --primitives: needs two CPUs\n");
+    return 1;
+  }
+  for (const char* name : {"SIMNIC_DOORBELL_NS", "SIMNIC_CQ_POLL_NS", "SIMNIC_POST_NS",
+                           "SIMNIC_CQ_ENTRY_NS", "SIMNIC_LOCK_LINE_NS", "SIMNIC_REFILL_NS",
+                           "SIMNIC_MIGRATE_US", "SIMNIC_REMOTE_NUMA_FACTOR"})
+    unsetenv(name);
+  setenv("SIMNIC_FIRST_CONTACT_NS", "0", 1);
+  setenv("SIMNIC_LINE_GBPS", "1000000", 1);
+  setenv("SIMNIC_SCALE", "1", 1);
+  constexpr int kNics = 4;
+  setenv("SIMNIC_NICS", std::to_string(2 * kNics).c_str(), 1);
+  // Engine threads on the CPUs the poster does not use.
+  std::string engine_cpus;
+  for (size_t i = 1; i < cpus.size(); ++i)
+    engine_cpus += (engine_cpus.empty() ? "" : ",") + std::to_string(cpus[i]);
+  setenv("SIMNIC_ENGINE_CPUS", engine_cpus.c_str(), 1);
+  double line_ns = LineHandoffNs(cpus[0], cpus[1], 2000000);
+  PinTo(cpus[0]);
+  std::vector<std::unique_ptr<Nic>> nics;
+  std::vector<std::unique_ptr<Region>> regions;
+  for (int i = 0; i < 2 * kNics; ++i) {
+    nics.push_back(std::make_unique<Nic>(i, FI_THREAD_SAFE));
+    regions.push_back(std::make_unique<Region>(*nics.back(), 1 << 20));
+  }
+  std::vector<fi_addr_t> peers;
+  for (int k = 0; k < kNics; ++k) peers.push_back(nics[k]->Insert(nics[kNics + k]->address()));
+  size_t slots = (1 << 20) / size;
+  fi_cq_data_entry entries[16];
+  Clock::duration in_post{}, in_read{};
+  long posted = 0, done = 0, reads = 0;
+  long warmup = writes / 10;
+  while (done < writes + warmup) {
+    if (done == warmup && posted == done) {
+      in_post = in_read = Clock::duration{};
+      reads = 0;
+    }
+    bool timing = done >= warmup;
+    if (posted - done < 1000 && posted < writes + warmup && !(posted == warmup && done < warmup)) {
+      int k = static_cast<int>(posted % kNics);
+      auto t0 = Clock::now();
+      ssize_t ret = Write(*nics[k], *regions[k], peers[k], *regions[kNics + k],
+                          (posted / kNics % slots) * size, size, FI_COMPLETION);
+      if (timing) in_post += Clock::now() - t0;
+      if (ret == 0) ++posted;
+    }
+    for (int k = 0; k < kNics; ++k) {
+      auto t0 = Clock::now();
+      ssize_t n = Read(*nics[k], entries, 16);
+      if (timing) {
+        in_read += Clock::now() - t0;
+        ++reads;
+      }
+      if (n > 0) done += n;
+    }
+  }
+  double post_ns = Ns(in_post) / writes;
+  double read_ns = Ns(in_read) / reads;
+  double entries_per_read = static_cast<double>(writes) / reads;
+  std::printf(
+      "simnic_primitives {\"post_ns\": %.1f, \"cq_read_ns\": %.1f, \"entries_per_read\": "
+      "%.4f, \"post_over_ns\": %.1f, \"cq_read_over_ns\": %.1f, \"line_ns\": %.1f, "
+      "\"cpus\": %zu, \"writes\": %ld}\n",
+      post_ns, read_ns, entries_per_read,
+      post_ns - simnic::costs::kPostNs - simnic::costs::kDoorbellNs,
+      read_ns - simnic::costs::kCqPollNs - simnic::costs::kCqEntryNs * entries_per_read, line_ns,
+      cpus.size(), writes);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +218,19 @@ int main(int argc, char** argv) {
   long writes = 2000000;
   int pairs = 1;
   const char* threads = "2";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--primitives") {
+      setenv("SIMNIC_QUIET", "1", 1);
+      setenv("SIMNIC_ENGINE_THREADS", "2", 1);
+      setenv("SIMNIC_NUMA_NODES", "1", 1);
+      try {
+        return Primitives(size, 200000);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "simnic_bench: %s\n", e.what());
+        return 1;
+      }
+    }
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--size") size = std::strtoul(argv[i + 1], nullptr, 10);

@@ -48,6 +48,7 @@ import csv
 import datetime
 import io
 import json
+import math
 import os
 import pathlib
 import platform
@@ -63,6 +64,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import run_chapter  # noqa: E402
 import series  # noqa: E402
+import simnic_fit  # noqa: E402
 
 ROOT = run_chapter.ROOT
 RECORDED = ROOT / "results"  # tracked: the docs pages' tables come from here
@@ -87,8 +89,16 @@ COUNTER_FIELDS = [c[0] for c in COUNTERS]
 CSV_FIELDS = ["chapter", "idea", "runs", "runs_ok", "runs_flagged", "flags", "gbps_median", "mops_median", "gbps_min",
               "gbps_max", "seconds_median", "vs_previous", "series_p5_gbps", "series_p5_mops",
               "provider", "memory", "gpus", "nics_per_gpu", "page_size", "pages", "repeat",
-              "libfabric", "libfabric_path", "machine", "kind", "counter_rule"] + COUNTER_FIELDS
+              "libfabric", "libfabric_path", "machine", "kind", "counter_rule", "step",
+              "step_noise", "step_verdict", "predicted_mops", "prediction_error"] + COUNTER_FIELDS
 SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never measurements
+# --cpu-limited: pages small enough that the line leaves every chapter's
+# writers limited by their CPU, and the chapters whose lessons need that.
+CPU_LIMITED_PAGE_SIZE = 128
+CPU_LIMITED_CHAPTERS = ("14_batch", "15_lazy", "16_thread_domain", "17_op_pool", "18_more")
+# A step is beyond the noise when it moves the rate by more than this many
+# times the step's uncertainty (the chapters' spreads between runs).
+NOISE_MULTIPLE = 2
 
 
 # The rule the counters are counted by (common/counter_rule.h says what each
@@ -473,6 +483,89 @@ def counters_table(rows):
     return "\n".join(lines)
 
 
+def spread(row):
+    """A chapter's noise between runs: half the range of its counted runs'
+    rates over their median (None with fewer than two)."""
+    if row.get("runs_ok", 0) < 2 or not row.get("gbps_median"):
+        return None
+    return (row["gbps_max"] - row["gbps_min"]) / (2 * row["gbps_median"])
+
+
+def add_steps(rows):
+    """Each chapter's step from the one before: the ratio of their median
+    rates, its uncertainty (the two spreads added in quadrature) and a
+    verdict: gain or loss beyond NOISE_MULTIPLE times the uncertainty, else
+    inside the noise."""
+    for before, row in zip(rows, rows[1:]):
+        if not before.get("gbps_median") or not row.get("gbps_median"):
+            continue
+        step = row["gbps_median"] / before["gbps_median"]
+        a, b = spread(before), spread(row)
+        row["step"] = step
+        if a is None or b is None:
+            row["step_noise"], row["step_verdict"] = None, "noise unknown (one run)"
+            continue
+        noise = math.hypot(a, b)
+        row["step_noise"] = noise
+        if abs(math.log(step)) <= NOISE_MULTIPLE * noise:
+            row["step_verdict"] = "inside the noise"
+        else:
+            row["step_verdict"] = "gain" if step > 1 else "LOSS"
+
+
+def steps_table(rows):
+    lines = ["| step | rate ratio | uncertainty (runs' spread) | verdict |", "|---|---:|---:|---|"]
+    for before, row in zip(rows, rows[1:]):
+        if "step" not in row:
+            continue
+        noise = "" if row.get("step_noise") is None else f"±{row['step_noise']:.3f}"
+        lines.append(f"| {series.number(before['chapter'])} -> {series.number(row['chapter'])} | "
+                     f"x{row['step']:.3f} | {noise} | {row['step_verdict']} |")
+    return "\n".join(lines)
+
+
+def add_predictions(rows, prediction):
+    for row in rows:
+        p = (prediction or {}).get(row["chapter"])
+        if not p:
+            continue
+        row["predicted_mops"] = p["mops"]
+        if row.get("mops_median"):
+            row["prediction_error"] = p["mops"] / row["mops_median"] - 1
+
+
+def predictions_table(rows):
+    lines = ["| chapter | predicted M WRITEs/s (before the runs) | measured (median) | "
+             "predicted / measured - 1 |", "|---|---:|---:|---:|"]
+    for row in rows:
+        if row.get("predicted_mops") is None:
+            continue
+        measured = "" if row.get("mops_median") is None else f"{row['mops_median']:.3f}"
+        error = fmt_change(row.get("prediction_error"))
+        lines.append(f"| {row['chapter']} | {row['predicted_mops']:.3f} | {measured} | {error} |")
+    return "\n".join(lines)
+
+
+def measure_primitives(args):
+    """simnic_bench --primitives on this machine, under this process's
+    affinity: what the model's predictions need. None when no bench."""
+    candidates = [ROOT / "bazel-bin" / "simnic"]
+    if args.bin_dir:
+        candidates.insert(0, pathlib.Path(args.bin_dir) / "simnic")
+    for folder in candidates:
+        bench = folder / "simnic_bench"
+        if bench.exists() and (folder / "libsimnic-fi.so").exists():
+            env = dict(os.environ, FI_PROVIDER_PATH=str(folder.resolve()))
+            done = subprocess.run([str(bench), "--primitives"], capture_output=True, text=True,
+                                  timeout=120, env=env)
+            if done.returncode == 0:
+                return simnic_fit.read_primitives(done.stdout)
+            print(f"compare: {bench} --primitives failed: {done.stderr.strip()}",
+                  file=sys.stderr)
+            return None
+    return None
+
+
 def simulated_note(provider):
     return (f"**Simulated**: `{provider}` is a simulated NIC, not a libfabric provider on real "
             "hardware. Every number in this folder comes from the simulation; none is a "
@@ -508,6 +601,17 @@ def write_markdown(path, meta, rows):
              f"{s['memory']} memory" if simulated else
              f"# {meta['name']}: the chapters over `{s['provider']}`, {s['memory']} memory")
     note = f"\n{simulated_note(s['provider'])}\n" if simulated else ""
+    prediction_text = ""
+    if meta.get("prediction"):
+        p = meta.get("primitives") or {}
+        prediction_text = f"""
+The frozen model's prediction (simnic/costs.h, tools/simnic_fit.py --predict),
+made before the runs from this machine's primitives alone (simnic_bench
+--primitives: a post {p.get('post_ns', 0):.0f} ns, a CQ read {p.get('cq_read_ns', 0):.0f} ns,
+a cache-line handoff {p.get('line_ns', 0):.0f} ns), beside the measured medians:
+
+{predictions_table(rows)}
+"""
     if meta.get("note"):
         note += f"\n{meta['note']}\n"
     text = f"""{title}
@@ -542,6 +646,14 @@ reported that counter.
 
 {counters_table(rows)}
 
+Each step: the ratio of the chapter's median rate to the one before, with
+its uncertainty, the two chapters' spreads between runs (half the range of
+their runs over the median) added in quadrature. A step moving the rate by
+more than {NOISE_MULTIPLE} times its uncertainty is a gain or a LOSS; a
+smaller one is inside the noise.
+
+{steps_table(rows)}
+{prediction_text}
 ![plot](plot.png)
 """
     path.write_text(text)
@@ -553,11 +665,12 @@ def write_csv(path, meta, rows):
         w.writeheader()
         s = meta["settings"]
         for r in rows:
-            out = {k: r.get(k, "") for k in CSV_FIELDS}
+            out = {k: "" if r.get(k) is None else r[k] for k in CSV_FIELDS}
             for k in ("gbps_median", "gbps_min", "gbps_max"):
                 if out[k] != "":
                     out[k] = f"{out[k]:.3f}"
-            for k in ("mops_median", "vs_previous", "seconds_median"):
+            for k in ("mops_median", "vs_previous", "seconds_median", "step", "step_noise",
+                      "predicted_mops", "prediction_error"):
                 if out[k] != "":
                     out[k] = f"{out[k]:.4f}"
             for column, _, _, _, digits in COUNTERS:
@@ -667,6 +780,8 @@ def redraw(out_dir):
     meta, records = data["meta"], data["records"]
     meta["counter_rule"] = counter_rule_of(records)
     rows = summarize(records, meta["settings"]["chapters"])
+    add_steps(rows)
+    add_predictions(rows, meta.get("prediction"))
     data["rows"] = rows
     path.write_text(json.dumps(data, indent=1) + "\n")
     write_csv(out_dir / "results.csv", meta, rows)
@@ -775,6 +890,14 @@ def main():
     parser.add_argument("--redraw", type=pathlib.Path, default=None, metavar="DIR",
                         help="rewrite DIR's results.md, results.csv and plot.png from the runs "
                              "recorded in DIR/results.json, and exit")
+    parser.add_argument("--cpu-limited", action="store_true",
+                        help=f"over simnic: {CPU_LIMITED_PAGE_SIZE}-byte pages, where the line "
+                             "leaves every chapter limited by its writers' CPU, and chapters "
+                             f"{CPU_LIMITED_CHAPTERS[0][:2]}-{CPU_LIMITED_CHAPTERS[-1][:2]} "
+                             "(whose lessons need it) unless --chapters says otherwise")
+    parser.add_argument("--primitives", type=pathlib.Path, default=None, metavar="FILE",
+                        help="over simnic: this machine's primitives (simnic_bench --primitives "
+                             "output) for the predictions; default: run simnic_bench here")
     parser.add_argument("--plot-only", type=pathlib.Path, default=None, metavar="DIR",
                         help="redraw DIR/plot.png from DIR/results.json and exit")
     args = parser.parse_args()
@@ -807,6 +930,13 @@ def main():
         parser.error("--runs must be at least 1")
     if args.extra_runs is None:
         args.extra_runs = 2 if args.provider == "simnic" else 0
+    if args.cpu_limited:
+        if args.provider != "simnic":
+            parser.error("--cpu-limited is for --provider simnic")
+        if args.page_size is None:
+            args.page_size = CPU_LIMITED_PAGE_SIZE
+        if not args.chapters:
+            args.chapters = list(CPU_LIMITED_CHAPTERS)
     # Over simnic: 256-byte pages and the largest layout that fits this
     # machine's CPUs (printed), unless given.
     run_chapter.resolve_defaults(args, say=lambda text: print(f"compare: {text}", flush=True))
@@ -832,6 +962,28 @@ def main():
           flush=True)
 
     code = code_version(args.bin_dir)  # before the build: what the binaries are built from
+    primitives = prediction = None
+    if is_simulated(args.provider):
+        # The frozen model's prediction, from this machine's primitives,
+        # before any chapter runs.
+        if args.primitives:
+            primitives = simnic_fit.read_primitives(args.primitives.read_text())
+        else:
+            primitives = measure_primitives(args)
+        if primitives:
+            prediction = simnic_fit.predict_ladder(chapter_list, primitives, args.gpus,
+                                                   args.nics_per_gpu, args.page_size,
+                                                   args.pages, args.repeat)
+            print(f"compare: this machine's primitives: post {primitives['post_ns']:.0f} ns "
+                  f"({primitives['post_over_ns']:+.0f} beyond its charges), CQ read "
+                  f"{primitives['cq_read_ns']:.0f} ns ({primitives['cq_read_over_ns']:+.0f}), "
+                  f"a line handoff {primitives['line_ns']:.0f} ns", flush=True)
+            print("compare: the frozen model predicts (SIMULATED, before the runs): " +
+                  ", ".join(f"{c} {p['mops']:.3f}" for c, p in prediction.items()) +
+                  " M WRITEs/s", flush=True)
+        else:
+            print("compare: no simnic_bench to measure this machine's primitives: no "
+                  "predictions (bazel build //simnic:simnic_bench)", flush=True)
     with tempfile.TemporaryDirectory(prefix="compare-bin-") as staged:
         if not args.bin_dir:
             if not args.no_build:
@@ -874,6 +1026,8 @@ def main():
         "other_cpu": None if other_cpu is None else round(other_cpu, 3),
         "command": command,
         "counter_rule": counter_rule_of(records),
+        "primitives": primitives,
+        "prediction": prediction,
         # simnic is a simulation: its numbers are never a provider's measurement.
         "kind": kind_of(provider),
         "simulated": is_simulated(provider),
@@ -882,6 +1036,8 @@ def main():
                    "mops": {c: series.series_mops(c) for c in series.CHAPTERS}},
     }
     rows = summarize(records, chapter_list)
+    add_steps(rows)
+    add_predictions(rows, prediction)
     replaced = previous_recording(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for r in records:  # temporary paths say nothing once the run is over
@@ -907,6 +1063,11 @@ def main():
     print(markdown_table(rows))
     print()
     print(counters_table(rows))
+    print()
+    print(steps_table(rows))
+    if prediction:
+        print()
+        print(predictions_table(rows))
     print()
     print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
           f"{', plot.png' if drew else ''} to {shown(out_dir)}")

@@ -13,6 +13,7 @@ this file), so the test is tagged "external", as //docs:docs_check_test is.
 """
 import csv
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -233,6 +234,23 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertEqual(rows[0]["runs_flagged"], 1)
         self.assertEqual(rows[0]["gbps_median"], 2.0)
         self.assertIn("1 flagged: preempted; not counted", compare.markdown_table(rows))
+
+    def test_steps_say_whether_they_are_beyond_the_noise(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        runs = {"12_pin": (1.0, 1.02, 0.98), "13_shard": (1.01, 1.03, 0.99),
+                "14_batch": (2.0, 2.02, 1.98), "15_lazy": (1.5, 1.51, 1.49)}
+        records = [{"chapter": c, "ok": True, "gbps": g, "mops": g, "seconds": 1.0}
+                   for c, gs in runs.items() for g in gs]
+        rows = compare.summarize(records, list(runs))
+        compare.add_steps(rows)
+        self.assertEqual([r.get("step_verdict") for r in rows],
+                         [None, "inside the noise", "gain", "LOSS"])
+        self.assertAlmostEqual(rows[1]["step_noise"], math.hypot(0.02, 0.02 / 1.01))
+        self.assertIn("| 12 -> 13 | x1.010 | ±0.028 | inside the noise |",
+                      compare.steps_table(rows))
+        compare.add_predictions(rows, {"14_batch": {"mops": 2.2}})
+        self.assertIn("| 14_batch | 2.200 | 2.000 | +10.0% |", compare.predictions_table(rows))
 
     def test_simnic_layout_fits_the_cpus(self):
         sys.path.insert(0, str(self.root / "tools"))

@@ -272,7 +272,10 @@ def simnic_env(args):
     candidates = [ROOT / "bazel-bin" / "simnic"]
     if args.bin_dir:
         candidates.insert(0, pathlib.Path(args.bin_dir) / "simnic")
-    env = {"SIMNIC_NICS": os.environ.get("SIMNIC_NICS", str(args.gpus * args.nics_per_gpu))}
+    env = {"SIMNIC_NICS": os.environ.get("SIMNIC_NICS", str(args.gpus * args.nics_per_gpu)),
+           # A group's NICs share its writer's virtual socket at any layout.
+           "SIMNIC_NICS_PER_GROUP": os.environ.get("SIMNIC_NICS_PER_GROUP",
+                                                   str(args.nics_per_gpu))}
     engines = getattr(args, "simnic_engine_threads", None)
     if engines and not os.environ.get("SIMNIC_ENGINE_THREADS"):
         env["SIMNIC_ENGINE_THREADS"] = str(engines)

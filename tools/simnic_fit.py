@@ -1,61 +1,48 @@
 #!/usr/bin/env python3
-"""Fits simnic's free CPU costs to the series' p5 ladder, from recorded counters.
+"""simnic's frozen model: its predictions for a machine, and a refit beside it.
 
-The measure is a writer thread's time per WRITE: threads / (M WRITEs/s), with
-one thread in chapters 09 and 10 and one per group from 11 on (the series':
-09 1.82, 10 1.79, 11 11.8, 12 3.39, 13 2.75, 14 1.62 us; 15 ran at 97% of
-its line rate).
+--predict: what the frozen model (simnic/costs.h) says each chapter's rate
+will be on a machine, from that machine's measured primitives alone
+(`simnic_bench --primitives`: what a post and a CQ read take there beyond
+their charges, and one cache-line handoff between two cores), the layout and
+the program's profile below. It sees no run of the ladder. tools/compare.py
+--provider simnic prints these predictions before its runs and puts the
+measured rates beside them afterwards.
 
-The model says where that time goes, per WRITE, from a run's own counters
-(docs/simnic.md, "The cost model"); a call takes what it charges:
+  python3 tools/simnic_fit.py --predict --primitives prims.txt --gpus 8 --page-size 256
 
-  charged  = C * CQ reads + (P * posts + D * doorbells + E * CQ entries) * f
-  T = real + charged, or (real + charged) / (1 - rho) when balanced
+A thread's time per WRITE of chapter c (threads / M WRITEs/s; one thread in
+09 and 10, one per group from 11 on):
 
-`real` is what the program spends on its own and what the calls cost beyond
-their charges (measured: the recorded time less what the run's own model
-charged). f is 1 for a pinned thread (its NICs are on its socket) and
-(1 + X) / 2 for an unpinned one (on the NICs' socket half the time: the
-lone thread of 09 and 10 polls NICs of both sockets; 11's threads are put on
-either socket). "Balanced": the run's busy unpinned writers outnumber one
-virtual socket's cores (the model line says how many), so the simulated p5
-scheduler moves them, and rho = R / M is the share of their time its moves
-take (a refill of R ns about every M us). D, E, X and rho are declared, not
-fitted (docs/simnic.md says why); the fit chooses P (the post path) and C
-(a CQ read) on chapters 10 (one unpinned thread, NICs on both sockets) and
-12 (pinned threads, NICs on their socket) of every folder given, both
-limited by their CPU, not by the line: with three folders (16, 8 and 4
-cores, each its own layout) that is six points for two parameters. It then
-predicts every chapter (09, 11, 13 and 14-18 held out) from that chapter's
-counters and prints the residual against the series (15: its share of the
-line rate, the series' 97%), and
-the simulated recording beside it.
+  T = A + n_post (P + D x f + post_over) + n_db_extra D f + n_cq (C + cq_over)
+        + n_entry E f + atomics + first contacts,
+  divided by (1 - rho) while the simulated scheduler balances (11 with two
+  groups or more), and never below what the line allows.
 
-  python3 tools/simnic_fit.py results/h200-16core-*simnic*
-  python3 tools/simnic_fit.py --markdown results/h200-16core-*simnic*
-  python3 tools/simnic_fit.py --summary results/h*-16core-*simnic*
+P, D, C, E, X (the other socket's factor, f = (1 + X) / 2 for an unpinned
+thread, 1 for a pinned one) and rho = refill / gap are the frozen costs;
+post_over and cq_over are the machine's; `atomics` is the shared counters'
+line handoffs (2 a WRITE in 11 and 12, shared by all groups; 13's per-group
+counters share a line with up to 3 neighbours); A and the calls per WRITE
+are the program's profile (PROFILE below), counted where its thread is
+limited by its CPU alone.
 
---summary prints one row per chapter and page size instead of one per
-folder: the spread, over the folders, of predicted / series and of
-predicted / recorded.
+With --refit (or folders alone) it refits instead, a published experiment beside the
+frozen model and never its source: it fits the post path P and the CQ read
+C, by least squares in log time, to the series' time per WRITE of a thread
+on chapters 10 and 12 of the folders given (tools/compare.py folders), each
+run's own part outside the charges as recorded, and prints the fitted
+values and the residuals at those points. It predicts nothing else: a
+prediction that starts from a run's own time is not one.
 
-With --bounds it checks the recordings against the bounds of the ladder's
-issue instead (a thread's time per WRITE within 1.5x of the series' in 09,
-10, 12, 13 and 14; 11 at least twice 12; every chapter 11-15 at least 95% of
-the WRITE rate of the one before; 15 at 90% of the line or more and the best
-of 15-18 at 95%), prints each bound's room (log of value over bound: above
-0 holds), and then searches the post path, the CQ read, the other socket's
-factor and the scheduler's share for the most room any one choice could
-give all the folders at once, each run's real part kept as recorded. It
-judges only folders whose pages stand for the series' 64 KiB at the run's
-scale (256 bytes at the default 256), where the line allows the p5's WRITE
-rate; a folder of other pages is named and left out:
+  python3 tools/simnic_fit.py --refit results/h200-16core-*simnic*page256
 
-  python3 tools/simnic_fit.py --bounds results/h100-16core-*simnic* results/h200-16core-*simnic*
+--costs prints simnic/costs.h as a table (docs/simnic.md shows it);
+--errors a row per chapter and page size: the predictions' errors over the
+folders. --ladder prints a row per recorded folder: each lesson's step with its
+noise and verdict (compare.py's), and how far the predictions fell:
 
-A folder is a tools/compare.py folder (results.json); its counted runs'
-counters and the model line they printed are all the script reads. It
-measures nothing.
+  python3 tools/simnic_fit.py --ladder results/h200-16core-*simnic*
 """
 import argparse
 import json
@@ -65,246 +52,305 @@ import re
 import statistics
 import sys
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COSTS_HEADER = ROOT / "simnic" / "costs.h"
+
 # The series' per-thread time per WRITE (us): threads / (M WRITEs/s) from its
 # recorded ladder (tools/series.py has the rates).
 SERIES_US = {"09_multinet": 1.82, "10_warmup": 1.79, "11_multithread": 11.8, "12_pin": 3.39,
              "13_shard": 2.75, "14_batch": 1.62}
-SERIES_LINE_SHARE = {"15_lazy": 0.971}
 CALIBRATION = ("10_warmup", "12_pin")
-# A run this close to its line rate waits for the line: its extra CQ reads
-# are the wait, so its prediction under other costs is an upper bound.
-AT_LINE = 0.97
 # Chapters whose writer threads do not pin themselves (the program's fact,
 # not a cost): their affinity spans both virtual sockets.
 UNPINNED = ("09_multinet", "10_warmup", "11_multithread")
 SINGLE_THREAD = ("09_multinet", "10_warmup")
+# The program's profile, per WRITE of a writer thread limited by its CPU
+# alone: A (ns outside provider calls), CQ reads, doorbells, and the shared
+# counter lines it touches. Counted on the H100 16-core recording of
+# 2026-11-28 with one group of 4 NICs and 128-byte pages (taskset -c 0-3:
+# one thread, so no line is shared there; results/h100-16core-taskset4-
+# simnic-host-1x4-page128), the medians of its counters. Every chapter
+# posts once a WRITE (FI_MORE in 18 holds 3 of 4 doorbells back).
+# shared: the counters' lines: "all" (atomics every group's thread
+# updates, 2 a WRITE), "4" (per-group counters, 4 groups to a line), none.
+PROFILE = {
+    "09_multinet": {"app_ns": 74, "cq_reads": 4.993, "doorbells": 1.0, "shared": None},
+    "10_warmup": {"app_ns": 107, "cq_reads": 4.995, "doorbells": 1.0, "shared": None},
+    "11_multithread": {"app_ns": 188, "cq_reads": 4.987, "doorbells": 1.0, "shared": "all"},
+    "12_pin": {"app_ns": 118, "cq_reads": 4.993, "doorbells": 1.0, "shared": "all"},
+    "13_shard": {"app_ns": 99, "cq_reads": 4.992, "doorbells": 1.0, "shared": "4"},
+    "14_batch": {"app_ns": 89, "cq_reads": 0.597, "doorbells": 1.0, "shared": "4"},
+    "15_lazy": {"app_ns": 77, "cq_reads": 0.500, "doorbells": 1.0, "shared": "4"},
+    "16_thread_domain": {"app_ns": 89, "cq_reads": 0.499, "doorbells": 1.0, "shared": "4"},
+    "17_op_pool": {"app_ns": 36, "cq_reads": 0.500, "doorbells": 1.0, "shared": "4"},
+    "18_more": {"app_ns": 45, "cq_reads": 0.527, "doorbells": 0.25, "shared": "4"},
+}
+SHARED_LINE_UPDATES = 2  # posted and finished, each WRITE
+
+
+def frozen_costs(path=COSTS_HEADER):
+    """The frozen costs: {name: value} from simnic/costs.h's lines
+    `inline constexpr <type> k<Name> = <number>;`."""
+    text = pathlib.Path(path).read_text()
+    return {m[1]: float(m[2]) for m in
+            re.finditer(r"^inline constexpr \w+ (k\w+) = ([0-9.]+);", text, re.M)}
+
+
+def read_primitives(text):
+    """The JSON of the line `simnic_primitives {...}` simnic_bench
+    --primitives printed (the whole output may be given)."""
+    for line in text.splitlines():
+        if line.startswith("simnic_primitives "):
+            return json.loads(line.split(" ", 1)[1])
+    raise ValueError("no simnic_primitives line")
+
+
+def line_mops(gpus, nics_per_gpu, page_size, costs):
+    return gpus * nics_per_gpu * costs["kLineGbps"] * 1e9 / costs["kScale"] / (8 * page_size) / 1e6
+
+
+def predict_chapter(chapter, costs, prims, gpus, nics_per_gpu=4, page_size=256, pages=1000,
+                    repeat=200):
+    """(M WRITEs/s, a thread's us per WRITE, whether the line limits it) of
+    one chapter under the frozen costs on a machine with primitives
+    `prims`."""
+    prof = PROFILE[chapter]
+    threads = 1 if chapter in SINGLE_THREAD else gpus
+    f = (1 + costs["kRemoteNumaFactor"]) / 2 if chapter in UNPINNED else 1.0
+    ns = prof["app_ns"]
+    ns += costs["kPostNs"] + prims["post_over_ns"] + costs["kDoorbellNs"] * prof["doorbells"] * f
+    ns += prof["cq_reads"] * (costs["kCqPollNs"] + prims["cq_read_over_ns"])
+    ns += costs["kCqEntryNs"] * f
+    sharing = {"all": gpus, "4": min(gpus, 4)}.get(prof["shared"], 1)
+    ns += SHARED_LINE_UPDATES * prims["line_ns"] * (sharing - 1) / sharing
+    if chapter == "09_multinet":  # first contacts in the timed part
+        ns += costs["kFirstContactNs"] * nics_per_gpu * 2 / (2 * pages * repeat)
+    # The simulated scheduler balances 11's threads when they outnumber one
+    # virtual socket's cores (the server runs on one core per writer).
+    socket_cores = max(1, gpus // int(costs["kNumaNodes"]))
+    if chapter == "11_multithread" and gpus > socket_cores:
+        ns /= 1 - costs["kRefillNs"] / (costs["kMigrateUs"] * 1000)
+    us = ns / 1000
+    line = line_mops(gpus, nics_per_gpu, page_size, costs)
+    at_line = threads / us > line
+    if at_line:
+        us = threads / line
+    return threads / us, us, at_line
+
+
+def predict_ladder(chapters, prims, gpus, nics_per_gpu=4, page_size=256, pages=1000, repeat=200,
+                   costs=None):
+    costs = costs or frozen_costs()
+    out = {}
+    for c in chapters:
+        if c in PROFILE:
+            mops, us, at_line = predict_chapter(c, costs, prims, gpus, nics_per_gpu, page_size,
+                                                pages, repeat)
+            out[c] = {"mops": mops, "us_per_write": us, "at_line": at_line}
+    return out
+
 
 def parse_model(line):
-    """The charged costs a run was made with, from its simnic model line
-    (the model whose calls take what they charge, balanced moves)."""
+    """The charged costs a run was made with, from its simnic model line."""
     m = re.search(r"calls take what they charge: post (\d+) ns, doorbell (\d+) ns, CQ read (\d+) "
-                  r"ns \+ (\d+) ns an entry \(x([\d.]+) from the other virtual socket.*?"
-                  r"moved every ([\d.e+]+) us with a (\d+) ns refill while they outnumber one "
-                  r"socket's (\d+) cores", line or "")
+                  r"ns \+ (\d+) ns an entry \(x([\d.]+) from the other virtual socket for "
+                  r"(post, )?doorbell.*?moved every ([\d.e+]+) us with a (\d+) ns refill while "
+                  r"they outnumber one socket's (\d+) cores", line or "")
     if not m:
         return None
-    p, d, c, e, x, every, refill, socket_cores = (float(g) for g in m.groups())
-    # The page that stands for the series' 64 KiB at the run's scale: at it,
-    # the line allows the p5's WRITE rate.
-    p5_page = re.search(r"a (\d+)-byte page stands for 64 KiB", line)
+    p, d, c, e, x = (float(g) for g in m.groups()[:5])
+    every, refill, socket_cores = (float(g) for g in m.groups()[6:])
     return {"post_ns": p, "doorbell_ns": d, "cq_poll_ns": c, "cq_entry_ns": e,
-            "remote_factor": x, "rho": min(0.9, refill / (every * 1000)),
-            "socket_cores": int(socket_cores), "p5_page": int(p5_page[1]) if p5_page else None}
+            "remote_factor": x, "post_remote": bool(m[6]),
+            "rho": min(0.9, refill / (every * 1000)), "socket_cores": int(socket_cores)}
 
 
 def charged_ns(pt, theta):
     f = (1 + theta["remote_factor"]) / 2 if pt["unpinned"] else 1.0
-    return (theta["cq_poll_ns"] * pt["cq_reads"] +
-            f * (theta["post_ns"] * pt["posts"] + theta["doorbell_ns"] * pt["doorbells"] +
-                 theta["cq_entry_ns"] * pt["cq_entries"]))
+    fp = f if theta.get("post_remote") else 1.0
+    return (theta["cq_poll_ns"] * pt["cq_reads"] + theta["post_ns"] * pt["posts"] * fp +
+            f * (theta["doorbell_ns"] * pt["doorbells"] + theta["cq_entry_ns"] * pt["cq_entries"]))
 
 
 def points(folder):
-    """One point per chapter of a folder: medians of its counted runs."""
+    """The calibration chapters of a folder: medians of its counted runs."""
     data = json.loads((pathlib.Path(folder) / "results.json").read_text())
     meta = data["meta"]
     by_chapter = {}
     for r in data["records"]:
-        if r.get("ok") and not r.get("flags") and r.get("writes"):
+        if r.get("ok") and not r.get("flags") and r.get("writes") and \
+                r["chapter"] in CALIBRATION:
             by_chapter.setdefault(r["chapter"], []).append(r)
     out = []
     for chapter, runs in sorted(by_chapter.items()):
         used = parse_model(runs[0].get("model", ""))
         if used is None:
-            continue  # made under an older model: its costs are not known here
+            continue  # made under a model this script cannot read
 
         def med(key):
             return statistics.median(r[key] / r["writes"] for r in runs)
         gpus = runs[0].get("gpus", meta["settings"]["gpus"])
         threads = 1 if chapter in SINGLE_THREAD else gpus
         mops = statistics.median(r["mops"] for r in runs)
-        # link_gbps is the summed line rate of all the layout's NICs.
-        line_mops = (runs[0]["link_gbps"] * 1e9 / (8 * runs[0]["page_size"]) / 1e6
-                     if runs[0].get("link_gbps") else None)
         unpinned = chapter in UNPINNED
         pt = {"folder": pathlib.Path(folder).name, "chapter": chapter, "threads": threads,
-              "page_size": runs[0].get("page_size"),
-              "mops": mops, "measured_us": threads / mops, "line_mops": line_mops,
-              "posts": med("post_calls"), "doorbells": med("doorbells"),
-              "cq_reads": med("cq_reads"), "cq_entries": med("cq_entries"),
-              "unpinned": unpinned,
-              # The simulated balancer moves busy unpinned threads only while
-              # they outnumber one virtual socket's cores.
+              "measured_us": threads / mops, "posts": med("post_calls"),
+              "doorbells": med("doorbells"), "cq_reads": med("cq_reads"),
+              "cq_entries": med("cq_entries"), "unpinned": unpinned,
               "balanced": unpinned and threads > used["socket_cores"], "used": used}
-        measured_ns = pt["measured_us"] * 1000
         keep = (1 - used["rho"]) if pt["balanced"] else 1.0
-        pt["real_ns"] = measured_ns * keep - charged_ns(pt, used)
+        pt["real_ns"] = pt["measured_us"] * 1000 * keep - charged_ns(pt, used)
         out.append(pt)
     return out
 
 
-def predict_us(pt, theta):
-    """A thread's time per WRITE under costs theta, no less than its share
-    of the line allows."""
+def refit_us(pt, theta):
     t = pt["real_ns"] + charged_ns(pt, theta)
     if pt["balanced"]:
         t /= 1 - theta["rho"]
-    t /= 1000
-    if pt.get("line_mops"):
-        t = max(t, pt["threads"] / pt["line_mops"])
-    return t
+    return t / 1000
 
 
 def fit(pts, declared):
     """Least squares in log(time) over the calibration points, a grid over
-    (P, C); D, E, X and rho stay as declared."""
-    cal = [p for p in pts if p["chapter"] in CALIBRATION]
+    (P, C); the rest as the runs were made."""
     best = None
     for c in range(0, 801, 5):
         for post in range(0, 2001, 5):
             theta = dict(declared, post_ns=post, cq_poll_ns=c)
-            err = sum((math.log(predict_us(p, theta)) - math.log(SERIES_US[p["chapter"]])) ** 2
-                      for p in cal)
+            err = sum((math.log(refit_us(p, theta)) - math.log(SERIES_US[p["chapter"]])) ** 2
+                      for p in pts)
             if best is None or err < best[0]:
                 best = (err, theta)
-    return best[1], len(cal), best[0]
+    return best[1], best[0]
 
 
-SCALED_BOUND = 1.5     # a thread's time per WRITE within 1.5x of the series'
-PIN_LESSON = 2.0       # 11 takes at least twice 12's time per WRITE
-STEP_RATE = 0.95       # each chapter 11-15 keeps 95% of the rate before it
-LADDER = ("10_warmup", "11_multithread", "12_pin", "13_shard", "14_batch", "15_lazy")
-LINE_15, LINE_BEST = 0.90, 0.95
+def print_prediction(pred, layout):
+    print(f"simnic's frozen model ({COSTS_HEADER.relative_to(ROOT)}), predicted before any run "
+          f"(SIMULATED), {layout}:")
+    print("| chapter | predicted M WRITEs/s | a thread's us / WRITE | limited by |")
+    print("|---|---:|---:|---|")
+    for c, p in pred.items():
+        print(f"| {c} | {p['mops']:.3f} | {p['us_per_write']:.2f} | "
+              f"{'the line' if p['at_line'] else 'its CPU'} |")
 
 
-def bound_room(chapters, time_us):
-    """(room, bound, value) for each bound of one folder; room is
-    log(value / bound) oriented so that above 0 holds. `time_us(pt)` gives
-    a chapter's time per WRITE of a thread."""
-    t = {c: time_us(p) for c, p in chapters.items()}
-    rate = {c: chapters[c]["threads"] / t[c] for c in t}
-    out = []
-    for c in ("09_multinet", "10_warmup", "12_pin", "13_shard", "14_batch"):
-        if c in t:
-            ratio = t[c] / SERIES_US[c]
-            out.append((math.log(SCALED_BOUND) - abs(math.log(ratio)),
-                        f"{c} within {SCALED_BOUND}x of the series", f"{ratio:.2f}x"))
-    if "11_multithread" in t and "12_pin" in t:
-        ratio = t["11_multithread"] / t["12_pin"]
-        out.append((math.log(ratio / PIN_LESSON), f"11 at least {PIN_LESSON:g}x 12's time",
-                    f"{ratio:.2f}x"))
-    for before, c in zip(LADDER, LADDER[1:]):
-        if before in rate and c in rate:
-            ratio = rate[c] / rate[before]
-            out.append((math.log(ratio / STEP_RATE), f"{c} at least {STEP_RATE:g}x {before}'s "
-                        "rate", f"{ratio:.3f}x"))
-    line = chapters.get("15_lazy", {}).get("line_mops")
-    if line:
-        share = rate["15_lazy"] / line
-        out.append((math.log(share / LINE_15), f"15_lazy at {LINE_15:.0%} of the line",
-                    f"{share:.1%}"))
-        best = max(rate[c] for c in ("15_lazy", "16_thread_domain", "17_op_pool", "18_more")
-                   if c in rate)
-        out.append((math.log(best / line / LINE_BEST), f"best of 15-18 at {LINE_BEST:.0%} of "
-                    "the line", f"{best / line:.1%}"))
-    return out
+LESSONS = {  # the steps each page size is judged on
+    256: (("11_multithread", "12_pin"), ("12_pin", "13_shard"), ("13_shard", "14_batch")),
+    128: (("14_batch", "15_lazy"), ("16_thread_domain", "17_op_pool"),
+          ("17_op_pool", "18_more")),
+}
 
 
-def most_room(folders, declared):
-    """The choice of post path, CQ read, other-socket factor and scheduler
-    share that gives the least room of all bounds of all folders its
-    largest value (a grid), and that least room with where it is."""
-    best = None
-    for x in (1.5, 2, 2.5, 3, 3.5):
-        for rho in (0.45, 0.5, 0.54, 0.58, 0.62):
-            for c in range(60, 401, 20):
-                for post in range(0, 1201, 40):
-                    theta = dict(declared, post_ns=post, cq_poll_ns=c, remote_factor=x, rho=rho)
-                    worst = min((room, name, bound)
-                                for name, chapters in folders.items()
-                                for room, bound, _ in bound_room(
-                                    chapters, lambda p: predict_us(p, theta)))
-                    if best is None or worst[0] > best[0][0]:
-                        best = (worst, theta)
-    return best
+def ladder_rows(folders):
+    """One row per recorded folder: its CPUs, layout and page, each lesson's
+    step (ratio, uncertainty, verdict as compare.py judged it) and the
+    prediction's largest error."""
+    rows = []
+    for folder in folders:
+        data = json.loads((pathlib.Path(folder) / "results.json").read_text())
+        meta, by = data["meta"], {r["chapter"]: r for r in data["rows"]}
+        s = meta["settings"]
+        steps = []
+        for before, after in LESSONS.get(s["page_size"], ()):
+            r = by.get(after, {})
+            if "step" in r and before in by:
+                noise = r.get("step_noise")
+                steps.append(f"{before[:2]}->{after[:2]} x{r['step']:.3f}"
+                             f"{'' if noise is None else f' ±{noise:.3f}'} {r['step_verdict']}")
+        errors = [r["prediction_error"] for r in data["rows"] if r.get("prediction_error")
+                  is not None]
+        worst = max(errors, key=abs) if errors else None
+        rows.append({"folder": pathlib.Path(folder).name, "cpus": meta["machine"]["cpus"],
+                     "layout": f"{s['gpus']}x{s['nics_per_gpu']}", "page": s["page_size"],
+                     "steps": steps, "worst": worst,
+                     "within": sum(abs(e) <= 0.15 for e in errors), "predicted": len(errors)})
+    return rows
 
 
-def at_p5_rate(pt):
-    """Whether a folder's pages (those of its point `pt`) stand for the
-    series' 64 KiB, so that its line allows the p5's WRITE rate and the
-    ladder's bounds apply to it."""
-    return pt["used"].get("p5_page") in (None, pt["page_size"])
+def print_ladder(folders):
+    print("| folder (SIMULATED) | CPUs | layout | page | lessons' steps (x rate, ± noise) | "
+          "predictions within 15% | worst prediction error |")
+    print("|---|---:|---|---:|---|---:|---:|")
+    for r in sorted(ladder_rows(folders), key=lambda r: (r["page"], r["cpus"], r["folder"])):
+        worst = "-" if r["worst"] is None else f"{100 * r['worst']:+.1f}%"
+        print(f"| {r['folder']} | {r['cpus']} | {r['layout']} | {r['page']} B | "
+              f"{'; '.join(r['steps'])} | {r['within']} of {r['predicted']} | {worst} |")
 
 
-def print_bounds(pts):
-    folders = {}
-    for p in pts:
-        folders.setdefault(p["folder"], {})[p["chapter"]] = p
-    least = None
-    for name, chapters in list(folders.items()):
-        pt = next(iter(chapters.values()))
-        if not at_p5_rate(pt):
-            print(f"{name} (recorded, SIMULATED): not judged: its {pt['page_size']}-byte pages put "
-                  f"its line at {pt['used']['p5_page'] / pt['page_size']:g}x the p5's WRITE rate "
-                  f"(the ladder's bounds are for {pt['used']['p5_page']}-byte pages)")
-            del folders[name]
-            continue
-        print(f"{name} (recorded, SIMULATED):")
-        for room, bound, value in bound_room(chapters, lambda p: p["measured_us"]):
-            print(f"  {'holds ' if room >= 0 else 'MISSED'} {bound:48s} {value:>8s}  room "
-                  f"{room:+.3f}")
-            if least is None or room < least[0]:
-                least = (room, name, bound)
-    if not folders:
-        print("no folder at the p5's WRITE rate: nothing to judge")
-        return
-    print(f"least room in the recordings: {least[0]:+.3f} ({least[1]}: {least[2]})")
-    (room, where, bound), theta = most_room(folders, dict(pts[0]["used"]))
-    print(f"most room any one choice gives all of them (each run's real part as recorded): "
-          f"{room:+.3f}, at SIMNIC_POST_NS={theta['post_ns']} SIMNIC_CQ_POLL_NS="
-          f"{theta['cq_poll_ns']} x{theta['remote_factor']:g} from the other socket, rho "
-          f"{theta['rho']:g}; its least room: {where}: {bound}")
+def print_errors(folders):
+    """One row per chapter and page: how far the predictions made before
+    the runs fell from the measured medians, over the folders."""
+    errors = {}
+    for folder in folders:
+        data = json.loads((pathlib.Path(folder) / "results.json").read_text())
+        page = data["meta"]["settings"]["page_size"]
+        for r in data["rows"]:
+            if r.get("prediction_error") is not None:
+                errors.setdefault((page, r["chapter"]), []).append(r["prediction_error"])
+    print("| chapter | page | folders | predicted / measured - 1 | within 15% |")
+    print("|---|---:|---:|---:|---:|")
+    for (page, chapter), e in sorted(errors.items()):
+        print(f"| {chapter} | {page} B | {len(e)} | {100 * min(e):+.0f}% to {100 * max(e):+.0f}% | "
+              f"{sum(abs(x) <= 0.15 for x in e)} of {len(e)} |")
 
 
-def print_summary(rows):
-    """One Markdown row per chapter and page size: how far the predictions
-    fall from the series and from the simulated recordings, over the folders."""
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["chapter"], r["page_size"]), []).append(r)
-
-    def span(values, fmt):
-        values = [v for v in values if v is not None]
-        if not values:
-            return "-"
-        lo, hi = fmt(min(values)), fmt(max(values))
-        return lo if lo == hi else f"{lo}-{hi}"
-    print("| chapter | page | role | folders | predicted / series | predicted / recorded "
-          "(SIMULATED) |")
-    print("|---|---:|---|---:|---:|---:|")
-    for (chapter, page), group in sorted(groups.items()):
-        roles = sorted({r["role"] for r in group})
-        vs_series = span([r["vs_series"] for r in group], lambda v: f"{v:.2f}")
-        if chapter in SERIES_LINE_SHARE:
-            vs_series = span([r["line_share"] for r in group], lambda v: f"{100 * v:.0f}%") + \
-                " of line (series " + f"{100 * SERIES_LINE_SHARE[chapter]:.0f}%)"
-        vs_recorded = span([r["pred"] / r["measured"] for r in group], lambda v: f"{v:.2f}")
-        print(f"| {chapter} | {page} B | {'; '.join(roles)} | {len(group)} | {vs_series} | "
-              f"{vs_recorded} |")
+def print_costs_table(path=COSTS_HEADER):
+    """simnic/costs.h as a Markdown table: variable, frozen value, rule."""
+    print("| variable | frozen value | rule |")
+    print("|---|---:|---|")
+    pattern = (r"^inline constexpr \w+ (k\w+) = ([0-9.]+);\s*// (SIMNIC_\w+): (.*)\n"
+               r"((?:\s+//.*\n)*)")  # a rule may go on in comments aligned under it
+    for m in re.finditer(pattern, pathlib.Path(path).read_text(), re.M):
+        rule = " ".join([m[4].strip()] + [line.strip()[2:].strip()
+                                          for line in m[5].splitlines()])
+        print(f"| `{m[3]}` | {float(m[2]):g} | {rule} |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=pathlib.Path,
-                        help="tools/compare.py folders of simnic runs (results.json)")
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--summary", action="store_true",
-                        help="print one Markdown row per chapter and page size: the spread of "
-                        "predicted / series and predicted / recorded over the folders")
-    parser.add_argument("--bounds", action="store_true",
-                        help="check the recordings against the ladder's bounds, and search the "
-                        "free costs for the most room they could have")
+    parser.add_argument("folders", nargs="*", type=pathlib.Path,
+                        help="for the refit: tools/compare.py folders of simnic runs")
+    parser.add_argument("--refit", action="store_true",
+                        help="refit the post path and the CQ read to the series (the default "
+                        "with folders): an experiment beside the frozen model")
+    parser.add_argument("--costs", action="store_true",
+                        help="print simnic/costs.h as a table: each frozen cost and its rule")
+    parser.add_argument("--errors", action="store_true",
+                        help="one row per chapter and page: the predictions' errors over the "
+                        "folders")
+    parser.add_argument("--ladder", action="store_true",
+                        help="one row per folder: the lessons' steps with their noise and "
+                        "the predictions' errors, as compare.py recorded them")
+    parser.add_argument("--predict", action="store_true",
+                        help="predict each chapter's rate from the frozen costs and --primitives")
+    parser.add_argument("--primitives", type=pathlib.Path,
+                        help="the output of simnic_bench --primitives on the machine")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--nics-per-gpu", type=int, default=4)
+    parser.add_argument("--page-size", type=int, default=256)
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
+    if args.costs:
+        print_costs_table()
+        return 0
+    if args.predict:
+        if not args.primitives:
+            parser.error("--predict needs --primitives (simnic_bench --primitives > FILE)")
+        prims = read_primitives(args.primitives.read_text())
+        pred = predict_ladder(list(PROFILE), prims, args.gpus, args.nics_per_gpu,
+                              args.page_size, args.pages, args.repeat)
+        print_prediction(pred, f"{args.gpus} x {args.nics_per_gpu}, page {args.page_size} B")
+        return 0
+    if not args.folders:
+        parser.error("give folders to refit, or --predict")
+    if args.ladder:
+        print_ladder(args.folders)
+        return 0
+    if args.errors:
+        print_errors(args.folders)
+        return 0
     pts = []
     for folder in args.folders:
         if not (folder / "results.json").exists():
@@ -312,52 +358,21 @@ def main():
         pts += points(folder)
     if not pts:
         parser.error("no counted runs made under a model this script can read")
-    if args.bounds:
-        print_bounds(pts)
-        return 0
     declared = dict(pts[0]["used"])
-    theta, n, err = fit(pts, declared)
-    print(f"fit on {n} points ({', '.join(CALIBRATION)} of {len(args.folders)} folder(s)), 2 free "
-          f"parameters: SIMNIC_POST_NS={theta['post_ns']} SIMNIC_CQ_POLL_NS={theta['cq_poll_ns']} "
-          f"(the recording used {declared['post_ns']:g} and {declared['cq_poll_ns']:g}); declared: "
-          f"doorbell {declared['doorbell_ns']:g} ns, CQ entry {declared['cq_entry_ns']:g} ns, "
-          f"x{declared['remote_factor']:g} from the other socket (posts, doorbells, entries), "
-          f"rho {declared['rho']:.3f} while balanced; "
-          f"rms log error {math.sqrt(err / n):.3f}")
-    if args.markdown and not args.summary:
-        print()
-        print("| folder | chapter | role | predicted us/WRITE | series us/WRITE | predicted / "
-              "series | recorded us/WRITE (SIMULATED) |")
-        print("|---|---|---|---:|---:|---:|---:|")
-    rows = []
+    theta, err = fit(pts, declared)
+    print(f"refit (an experiment beside the frozen model, not its source) on {len(pts)} points "
+          f"({', '.join(CALIBRATION)} of {len(args.folders)} folder(s)): SIMNIC_POST_NS="
+          f"{theta['post_ns']} SIMNIC_CQ_POLL_NS={theta['cq_poll_ns']} (the runs used "
+          f"{declared['post_ns']:g} and {declared['cq_poll_ns']:g}); rms log error "
+          f"{math.sqrt(err / len(pts)):.3f}")
+    print("| folder | chapter | refit us/WRITE | series us/WRITE | refit / series | recorded "
+          "us/WRITE (SIMULATED) |")
+    print("|---|---|---:|---:|---:|---:|")
     for p in pts:
-        pred = predict_us(p, theta)
-        series = SERIES_US.get(p["chapter"])
-        role = "fit" if p["chapter"] in CALIBRATION else "held out"
-        if p.get("line_mops") and p["mops"] >= AT_LINE * p["line_mops"]:
-            role += ", at the line"
-        share = p["threads"] / pred / p["line_mops"] if p.get("line_mops") else None
-        rows.append({"chapter": p["chapter"], "page_size": p["page_size"], "role": role,
-                     "pred": pred, "measured": p["measured_us"], "line_share": share,
-                     "vs_series": pred / series if series else None})
-        if args.summary:
-            continue
-        if series:
-            versus, resid = f"{series:.2f}", f"{pred / series:.2f}"
-        elif p["chapter"] in SERIES_LINE_SHARE and share is not None:
-            versus = f"{100 * SERIES_LINE_SHARE[p['chapter']]:.0f}% of line"
-            resid = f"{100 * share:.0f}% of line"
-        else:
-            versus, resid = "-", "-"
-        if args.markdown:
-            print(f"| {p['folder']} | {p['chapter']} | {role} | {pred:.2f} | {versus} | {resid} | "
-                  f"{p['measured_us']:.2f} |")
-        else:
-            print(f"{p['folder']:45s} {p['chapter']:17s} {role:9s} predicted {pred:6.2f} us  "
-                  f"series {versus:>12}  residual {resid:>12}  recorded {p['measured_us']:6.2f}")
-    if args.summary:
-        print()
-        print_summary(rows)
+        t = refit_us(p, theta)
+        series = SERIES_US[p["chapter"]]
+        print(f"| {p['folder']} | {p['chapter']} | {t:.2f} | {series:.2f} | {t / series:.2f} | "
+              f"{p['measured_us']:.2f} |")
     return 0
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""simnic_fit.py: the fit and the bounds check read recorded counters right.
+"""simnic_fit.py: the refit reads recorded counters right, the frozen costs
+come from simnic/costs.h, and a prediction is its formula on the primitives.
 
 The folder here is made up (a unit test of the script's arithmetic, not a
-recording): chapter times are chosen so that one bound is missed and the
-rest hold, and the script must say which."""
+recording)."""
 import json
 import pathlib
 import subprocess
@@ -56,49 +56,37 @@ class SimnicFitTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         return done.stdout
 
-    def test_bounds_name_the_missed_one(self):
-        out = self.run_tool("--bounds")
-        missed = [line for line in out.splitlines() if line.strip().startswith("MISSED")]
-        self.assertEqual(len(missed), 1, out)
-        self.assertIn("10_warmup within 1.5x of the series", missed[0])
-        self.assertIn("2.00x", missed[0])
-        self.assertIn("holds  11 at least 2x 12's time", out)  # 5.0 / 2.4
-        self.assertIn("least room in the recordings: -0.288 (made-up-simnic: 10_warmup", out)
-        self.assertIn("most room any one choice gives all of them", out)
-
-    def test_fit_predicts_the_held_out_chapters(self):
+    def test_refit_reports_only_its_own_points(self):
         out = self.run_tool()
-        self.assertIn("fit on 2 points (10_warmup, 12_pin of 1 folder(s)), 2 free parameters", out)
-        self.assertIn("13_shard          held out", out)
-        self.assertIn("14_batch          held out, at the line", out)
-
-    def small_page_folder(self):
-        """The same runs with 128-byte pages: the line allows twice the p5's
-        WRITE rate there."""
-        folder = pathlib.Path(self.dir.name) / "made-up-simnic-page128"
-        folder.mkdir()
-        records = [record(c, r, page_size=128) for c in TIME_US for r in (1, 2, 3)]
-        (folder / "results.json").write_text(
-            json.dumps({"meta": {"settings": {"gpus": GROUPS}}, "records": records}))
-        return folder
-
-    def test_bounds_judge_only_folders_at_the_p5_rate(self):
-        small = self.small_page_folder()
-        out = self.run_tool("--bounds", folders=[self.folder, small])
-        self.assertIn("made-up-simnic-page128 (recorded, SIMULATED): not judged: its 128-byte "
-                      "pages put its line at 2x the p5's WRITE rate", out)
-        self.assertEqual(len([l for l in out.splitlines() if "MISSED" in l]), 1, out)
-        out = self.run_tool("--bounds", folders=[small])
-        self.assertIn("no folder at the p5's WRITE rate: nothing to judge", out)
-
-    def test_summary_has_a_row_per_chapter_and_page(self):
-        out = self.run_tool("--summary", folders=[self.folder, self.small_page_folder()])
-        self.assertIn("| chapter | page | role | folders | predicted / series |", out)
-        self.assertIn("| 10_warmup | 128 B | fit | 1 |", out)
-        self.assertIn("| 10_warmup | 256 B | fit | 1 |", out)
-        self.assertIn("| 15_lazy | 256 B | held out, at the line | 1 | 100% of line (series 97%)",
+        self.assertIn("refit (an experiment beside the frozen model, not its source) on 2 points",
                       out)
-        self.assertNotIn("made-up-simnic ", out.split("| chapter |")[1])  # no per-folder rows
+        self.assertNotIn("held out", out)
+        self.assertNotIn("13_shard", out)  # no prediction from a run's own time
+
+    def test_frozen_costs_come_from_the_header(self):
+        sys.path.insert(0, str(TOOL.parent))
+        import simnic_fit
+        costs = simnic_fit.frozen_costs()
+        header = (TOOL.parent.parent / "simnic" / "costs.h").read_text()
+        for name in ("kPostNs", "kDoorbellNs", "kCqPollNs", "kCqEntryNs", "kRefillNs",
+                     "kMigrateUs", "kRemoteNumaFactor", "kLineGbps", "kScale"):
+            self.assertIn(f"{name} = {costs[name]:g};", header)
+
+    def test_prediction_is_the_formula_on_the_primitives(self):
+        prims = pathlib.Path(self.dir.name) / "prims.txt"
+        prims.write_text("noise before\nsimnic_primitives {\"post_ns\": 0, \"cq_read_ns\": 0, "
+                         "\"post_over_ns\": 10, \"cq_read_over_ns\": 20, \"line_ns\": 100}\n")
+        out = self.run_tool("--predict", "--primitives", str(prims), "--gpus", "2",
+                            "--page-size", "128", folders=[])
+        sys.path.insert(0, str(TOOL.parent))
+        import simnic_fit
+        c = simnic_fit.frozen_costs()
+        prof = simnic_fit.PROFILE["12_pin"]
+        ns = (prof["app_ns"] + c["kPostNs"] + 10 + c["kDoorbellNs"] +
+              prof["cq_reads"] * (c["kCqPollNs"] + 20) + c["kCqEntryNs"] + 2 * 100 * 1 / 2)
+        self.assertIn(f"| 12_pin | {2 / (ns / 1000):.3f} | {ns / 1000:.2f} | its CPU |", out)
+        # 11: both threads unpinned and balanced (two busy threads, one core a socket).
+        self.assertIn("| 11_multithread |", out)
 
 
 if __name__ == "__main__":
