@@ -4,7 +4,6 @@
 #include <rdma/fabric.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,14 +243,6 @@ int PeerProcess(const Network& net, const std::vector<uint8_t>& address) {
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address) {
   int pid = PeerProcess(net, address);
   return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& address) {
-  if (!IsShm(net)) return 0;
-  std::string file = ShmFileName(address);
-  struct stat st {};
-  if (file.empty() || stat(("/dev/shm/" + file).c_str(), &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_ino);
 }
 
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers) {

@@ -137,16 +137,6 @@ int PeerProcess(const Network& net, const std::vector<uint8_t>& address);
 // True only when `address` is known to belong to a process that is gone
 // (shm); false when alive or unknown (tcp, efa: the deadline tells).
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
-// shm: the identity of the peer's endpoint file (its inode), 0 when
-// unknown (other providers, no such file). A process that opens its
-// endpoints again under the same names (same process id) puts them in new
-// files: shm (1.17 and 2.1) keeps
-// mapping the old file for a name it knows, and its smr_progress_connreq
-// remaps only when the process id changed. So a client that sees a new
-// identity must ask again from endpoints of its own opened afresh
-// (common/client.cc), or its messages and the server's writes go into
-// memory nobody reads.
-uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& address);
 // shm: removes the shared-memory files of every endpoint of the processes
 // of `peers` that are gone (one killed with SIGKILL leaves them). Other
 // providers keep no files.
