@@ -166,6 +166,8 @@ int GuardedMain(const char* program, const std::function<int()>& body) {
     return body();
   } catch (const UsageError& e) {
     return Report(program, e.what(), kExitUsage);
+  } catch (const ProviderError& e) {
+    return Report(program, e.what(), kExitProviderFailed);
   } catch (const std::exception& e) {
     return Report(program, e.what(), 1);
   }

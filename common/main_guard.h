@@ -1,7 +1,8 @@
 // Turns failures into the exit codes every binary promises, with one line
 // on stderr: 2 for usage errors, 1 for everything else, and
 // kExitProviderFailed when libfabric itself failed (a call that never
-// returned, or a fault inside it); never a core dump for those.
+// returned, a fault inside it, or a ProviderError: an endpoint that cannot
+// be rebuilt); never a core dump for those.
 //
 // A process whose provider failed ends; it does not restart itself. Its
 // state inside libfabric (locks, shared memory, sockets, threads) cannot be

@@ -221,8 +221,8 @@ std::string RebuildNetworks(Node& node) {
     try {
       Recovery::ResetEndpoint(net, /*keep_address=*/false);
     } catch (const RuntimeError& e) {
-      throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
-                         "; restart the server");
+      throw ProviderError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
+                          "; restart the server");
     }
   });
   return "; rebuilt every endpoint" +

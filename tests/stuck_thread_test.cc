@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/errors.h"
 #include "common/main_guard.h"
 #include "common/shutdown.h"
 #include "common/thread_stats.h"
@@ -79,6 +80,15 @@ TEST(StuckThreadTest, GoneThreadSaysSo) {
   std::thread([&] { tid = ThisThreadId(); }).join();
   EXPECT_NE(DescribeStuckThread(tid).find("is gone"), std::string::npos);
   EXPECT_EQ(DescribeStuckThread(0), "no thread known");
+}
+
+// The exit codes GuardedMain promises (common/main_guard.h).
+TEST(GuardedMainTest, ExitCodesSayWhatFailed) {
+  EXPECT_EQ(GuardedMain("guard_test", [] { return 0; }), 0);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw UsageError("bad flag"); }), 2);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw RuntimeError("failed"); }), 1);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw ProviderError("cannot rebuild"); }),
+            kExitProviderFailed);
 }
 
 void NoCoreFile() {
