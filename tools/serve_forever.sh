@@ -7,16 +7,19 @@
 # the server's exit code. A new server has a new address: give it
 # --address-file, and clients read the file.
 #
+#   mkdir -p out
 #   tools/serve_forever.sh bazel-bin/chapters/18_more/server --provider tcp \
 #       --address-file out/address
 #   bazel-bin/chapters/18_more/client --provider tcp --server "$(cat out/address)"
 #
 # SERVE_FOREVER_MAX_RESTARTS (default 100) bounds the restarts,
 # SERVE_FOREVER_PAUSE (default 1) is the seconds between two.
-# SIGINT and SIGTERM go to the server, which stops cleanly; so does the loop.
+# SIGINT (Ctrl-C) and SIGTERM go to the server, which stops cleanly; so
+# does the loop. (A script that starts the loop in the background with &
+# makes bash ignore SIGINT there: stop it with SIGTERM.)
 set -u
 if [ $# -eq 0 ] || [ "$1" = "--help" ] || [ "$1" = "-h" ]; then
-  sed -n '2,18s/^# \{0,1\}//p' "$0"
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
   [ $# -eq 0 ] && exit 2 || exit 0
 fi
 max_restarts=${SERVE_FOREVER_MAX_RESTARTS:-100}
