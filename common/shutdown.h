@@ -21,9 +21,10 @@
 // processes (shm's maps of our files, tcp's connections) still points at
 // the old one. A new process started by a supervisor has none of that, on
 // every provider and libfabric version; it gets a new address, which it
-// prints and writes to --address-file. How to run one: docs/provider-failures.md, "Under a
-// supervisor". A lost client, the common case, ends nothing: only the
-// data endpoints are rebuilt (common/recovery.h).
+// prints and writes to --address-file. How to run one:
+// docs/provider-failures.md, "Under a supervisor". A lost client, the
+// common case, ends nothing: only the data endpoints are rebuilt
+// (common/recovery.h).
 #pragma once
 
 #include <condition_variable>
