@@ -60,7 +60,6 @@ class RandomFillClient {
     } catch (const RuntimeError& e) {
       throw UsageError(std::string("--server: ") + e.what());
     }
-    server_identity_ = PeerEndpointIdentity(nic0_, server_address_);
 
     RandomFillRequest request = MakeRequest();
     remote_context_ = request.remote_context;
@@ -87,7 +86,7 @@ class RandomFillClient {
       // A client stopped before it said anything sends nothing (shm would
       // queue our name at the server: common/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
-      notices_ = 0;  // a server that restarted may have sent some before
+      notices_ = 0;
       Send(server, Encode(MakeConnect()), "CONNECT");
       start = Clock::now();
       Send(server, Encode(request), "RANDOM_FILL");
@@ -249,9 +248,6 @@ class RandomFillClient {
                 if (PeerKnownDead(nic0_, server_address_)) {
                   server_gone_ = true;
                   stop = true;
-                } else if (ServerRestarted()) {
-                  server_restarted_ = true;
-                  stop = true;
                 }
               } else if (reports && now >= next_report) {
                 next_report += kWaitReport;
@@ -275,10 +271,6 @@ class RandomFillClient {
     if (!error.empty()) throw RuntimeError(error);
     if (notices_ >= expected) return true;
     if (busy_flag_.exchange(false)) return false;
-    if (server_restarted_ && !StopRequested()) {
-      AskAgainAfterRestart();
-      return false;
-    }
     if (StopRequested()) {
       SayWeAreLeaving();
       throw RuntimeError("interrupted while waiting for the server");
@@ -299,29 +291,6 @@ class RandomFillClient {
                        " s waiting for the server's writes (" + std::to_string(notices_.load()) +
                        " of " + std::to_string(expected) +
                        " NICs reported); is the server still running?");
-  }
-
-  // shm: the server restarted in place (same process, its endpoints in new
-  // files under the same names: common/recovery.h, PeerEndpointIdentity).
-  bool ServerRestarted() const {
-    uint64_t now = PeerEndpointIdentity(nic0_, server_address_);
-    return server_identity_ != 0 && now != 0 && now != server_identity_;
-  }
-
-  // After a restart of the server: it forgot us, and shm still maps its
-  // old files for the names we know, here and in every endpoint it wrote
-  // to. So every endpoint of ours opens afresh (new names, no mappings;
-  // the registrations stay), and the next attempt asks again from them.
-  void AskAgainAfterRestart() {
-    server_restarted_ = false;
-    for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
-        Recovery::ResetEndpoint(node_.net(g, n), /*keep_address=*/false);
-      }
-    }
-    server_ = nic0_.AddPeer(server_address_);
-    server_identity_ = PeerEndpointIdentity(nic0_, server_address_);
-    busy_reason_ = "it restarted in place and lost this transfer";
   }
 
   // The server's answer, if any: a REJECT (which ends the run) or a BUSY
@@ -523,8 +492,6 @@ class RandomFillClient {
   fi_addr_t server_ = FI_ADDR_UNSPEC;
   uint32_t remote_context_ = 0;
   bool server_gone_ = false;              // written by the first polling thread, read after join
-  bool server_restarted_ = false;         // the same
-  uint64_t server_identity_ = 0;          // PeerEndpointIdentity of the server's NIC 0
   Clock::time_point next_event_check_{};  // PollAll's reading of the event queues
 };
 

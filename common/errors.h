@@ -19,6 +19,14 @@ class RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The provider is left in a state the process cannot repair (an endpoint
+// that cannot be rebuilt): exit code 3, as for a stuck or faulting
+// provider call (common/main_guard.h), so a supervisor starts a new process.
+class ProviderError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
 // A message from the network that breaks the protocol. The server logs and
 // drops it; it is never fatal for a long-running server.
 class ProtocolError : public RuntimeError {

@@ -1,12 +1,9 @@
 #include "common/recovery.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <rdma/fabric.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -215,8 +212,8 @@ std::string RebuildNetworks(Node& node) {
     try {
       Recovery::ResetEndpoint(net, /*keep_address=*/false);
     } catch (const RuntimeError& e) {
-      throw RuntimeError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
-                         "; restart the server");
+      throw ProviderError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
+                          "; restart the server");
     }
   });
   return "; rebuilt every endpoint" +
@@ -232,14 +229,6 @@ int PeerProcess(const Network& net, const std::vector<uint8_t>& address) {
 
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address) {
   return ProcessGone(PeerProcess(net, address));
-}
-
-uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& address) {
-  if (!IsShm(net)) return 0;
-  auto name = ParseShmAddress(address);
-  struct stat st {};
-  if (!name || stat(("/dev/shm/" + name->file).c_str(), &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_ino);
 }
 
 void RemoveFilesOfDeadPeers(const Network& net, const std::vector<std::vector<uint8_t>>& peers) {
@@ -358,115 +347,6 @@ StopSignalsHeld::~StopSignalsHeld() {
   InstallStopHandlers();
   sigset_t signals = StopSignals();
   pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
-}
-
-namespace {
-// Built before any crash: a signal handler may not allocate.
-char crash_program[128];
-// The strings argv and envp point into; an object, not a pointer, so that
-// nothing reads as leaked (a pointer only written was optimised away).
-std::vector<std::string> crash_restart_strings;
-std::vector<char*>* crash_restart_argv = nullptr;
-std::vector<char*>* crash_restart_envp = nullptr;
-
-void WriteText(const char* text) {
-  size_t length = std::strlen(text);
-  while (length > 0) {
-    ssize_t n = write(STDERR_FILENO, text, length);
-    if (n <= 0) return;
-    text += n;
-    length -= static_cast<size_t>(n);
-  }
-}
-
-void OnCrash(int sig, siginfo_t*, void* context) {
-  auto* uc = static_cast<ucontext_t*>(context);
-#if defined(__x86_64__)
-  void* pc = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__aarch64__)
-  void* pc = reinterpret_cast<void*>(uc->uc_mcontext.pc);
-#else
-  void* pc = nullptr;
-#endif
-  Dl_info info{};
-  if (pc == nullptr || dladdr(pc, &info) == 0 || info.dli_fname == nullptr ||
-      std::strstr(info.dli_fname, "libfabric") == nullptr) {
-    // Not inside libfabric: our own bug, which must stay visible.
-    signal(sig, SIG_DFL);
-    return;
-  }
-  char line[768];
-  std::snprintf(line, sizeof(line),
-                "%s: error: %s inside libfabric %u.%u (%s+0x%lx); known shm bugs "
-                "(common/recovery.h): A smr_progress_iov on a stale peer id after "
-                "fi_av_remove, B smr_progress_connreq on a peer whose /dev/shm file is gone; %s\n",
-                crash_program, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", FI_MAJOR(fi_version()),
-                FI_MINOR(fi_version()), info.dli_fname,
-                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(pc) -
-                                           reinterpret_cast<uintptr_t>(info.dli_fbase)),
-                crash_restart_argv != nullptr ? "restarting in place" : "exiting");
-  WriteText(line);
-  if (crash_restart_argv != nullptr) {
-    execve("/proc/self/exe", crash_restart_argv->data(), crash_restart_envp->data());
-  }
-  _exit(1);
-}
-}  // namespace
-
-void InstallCrashGuard(const char* program) {
-  std::snprintf(crash_program, sizeof(crash_program), "%s", program);
-  struct sigaction action {};
-  action.sa_sigaction = OnCrash;
-  action.sa_flags = SA_SIGINFO | SA_RESETHAND;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGSEGV, &action, nullptr);
-  sigaction(SIGBUS, &action, nullptr);
-}
-
-void ArmCrashRestart(const std::vector<std::string>& argv, const std::string& address_hex) {
-  const char* count = std::getenv(kRestartCountVariable);
-  int restarts = count != nullptr ? std::atoi(count) : 0;
-  if (argv.empty() || restarts >= StuckPolicy::kMaxRestarts) return;
-  // Kept for the life of the process: the handler may run at any time.
-  if (crash_restart_argv != nullptr) return;  // armed once per process
-  std::vector<std::string>* strings = &crash_restart_strings;
-  *strings = argv;
-  size_t args = strings->size();
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string variable = *e;
-    if (variable.rfind(std::string(kRestartAddressVariable) + "=", 0) == 0 ||
-        variable.rfind(std::string(kRestartCountVariable) + "=", 0) == 0) {
-      continue;
-    }
-    strings->push_back(variable);
-  }
-  strings->push_back(std::string(kRestartAddressVariable) + "=" + address_hex);
-  strings->push_back(std::string(kRestartCountVariable) + "=" + std::to_string(restarts + 1));
-  auto* restart_argv = new std::vector<char*>();
-  auto* restart_envp = new std::vector<char*>();
-  for (size_t i = 0; i < strings->size(); ++i) {
-    (i < args ? restart_argv : restart_envp)->push_back((*strings)[i].data());
-  }
-  restart_argv->push_back(nullptr);
-  restart_envp->push_back(nullptr);
-  crash_restart_envp = restart_envp;
-  crash_restart_argv = restart_argv;
-}
-
-void TakeBackAddressAfterRestart(Network& front_door) {
-  const char* hex = std::getenv(kRestartAddressVariable);
-  if (hex == nullptr) return;
-  const char* count = std::getenv(kRestartCountVariable);
-  std::printf("Restarted in place after a provider call got stuck (restart %s of at most %d).\n",
-              count != nullptr ? count : "?", StuckPolicy::kMaxRestarts);
-  if (!KeepsAddressOnRebuild(front_door.info().fabric_attr->prov_name)) return;
-  try {
-    std::vector<uint8_t> address = FromHex(hex);
-    if (address != front_door.address()) Recovery::ReopenAt(front_door, address);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "server: warning: could not take back the old address: %s\n", e.what());
-    Recovery::ResetEndpoint(front_door, /*keep_address=*/false);
-  }
 }
 
 }  // namespace tutorial

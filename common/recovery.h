@@ -28,8 +28,9 @@
 //     client stopped before CONNECT sends nothing, the front door answered
 //     all the time (BusyAnswerer), and a dead process's files removed only
 //     once every name it sent was taken (StaleFileSweeper).
-// Should either still fire, InstallCrashGuard's handler names both in one
-// line and the process comes back (a server restarts in place).
+// Should either still fire, InstallCrashGuard's handler (common/main_guard.h)
+// names both in one line and the process ends with exit code 3, for a
+// supervisor to start it again.
 //
 // A dead peer is known sooner than the 10 s stall where the provider can
 // tell: shm names the peer's process (PeerKnownDead, checked by
@@ -116,7 +117,7 @@ class TransferWatch {
 };
 
 // Whether an endpoint reopened in place may take its old address again
-// (the front door of a server restarted by its watchdog). tcp: yes
+// (the server's front door, rebuilt after an error). tcp: yes
 // (fi_setname binds the same port). efa: no, it has no fi_setname and its
 // addresses include the QP number. shm: it has fi_setname, but a reused
 // name was measured to lose the next client (docs/provider-failures.md,
@@ -136,16 +137,6 @@ int PeerProcess(const Network& net, const std::vector<uint8_t>& address);
 // True only when `address` is known to belong to a process that is gone
 // (shm); false when alive or unknown (tcp, efa: the deadline tells).
 bool PeerKnownDead(const Network& net, const std::vector<uint8_t>& address);
-// shm: the identity of the peer's endpoint file (its inode), 0 when
-// unknown (other providers, no such file). A server restarted in place by
-// its watchdog or crash guard keeps its process id, and its endpoints come
-// back under the same names but in new files: shm (1.17 and 2.1) keeps
-// mapping the old file for a name it knows, and its smr_progress_connreq
-// remaps only when the process id changed. So a client that sees a new
-// identity must ask again from endpoints of its own opened afresh
-// (common/client.cc), or its messages and the server's writes go into
-// memory nobody reads.
-uint64_t PeerEndpointIdentity(const Network& net, const std::vector<uint8_t>& address);
 // shm: removes the shared-memory files of every endpoint of the processes
 // of `peers` that are gone (one killed with SIGKILL leaves them). Other
 // providers keep no files.
@@ -239,22 +230,5 @@ class StopSignalsHeld {
   StopSignalsHeld(const StopSignalsHeld&) = delete;
   StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
 };
-
-// Defence in depth for bugs A and B: a SIGSEGV or SIGBUS whose faulting
-// instruction lies inside libfabric ends with one line naming the library,
-// the offset and the known shm bugs, instead of a backtrace file (Debian's
-// libfabric loads libinfinipath, whose handler writes *.btr files into the
-// working directory and exits 1; ours replaces it). A server armed with
-// ArmCrashRestart() then restarts in place as its watchdog does
-// (common/shutdown.h); anything else exits 1. A fault elsewhere is ours:
-// the default action runs (a core dump). Call at the start of main, before
-// any endpoint opens (shm's own handler then runs first and calls ours).
-void InstallCrashGuard(const char* program);
-void ArmCrashRestart(const std::vector<std::string>& argv, const std::string& address_hex);
-
-// A server restarted in place by its watchdog finds its front door's old
-// address in its environment and takes it back where the provider allows
-// (tcp); shm's name is made of the process id, which execve keeps.
-void TakeBackAddressAfterRestart(Network& front_door);
 
 }  // namespace tutorial

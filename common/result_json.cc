@@ -1,12 +1,17 @@
 #include "common/result_json.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <rdma/fabric.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
-#include <fstream>
+#include <vector>
 
 #include "common/errors.h"
 
@@ -54,10 +59,60 @@ nlohmann::json ResultRecord(const std::string& chapter, const std::string& role)
   return record;
 }
 
+namespace {
+
+// Writes all of `text` to `fd`; false with errno set on failure.
+bool WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string Why(int error) {
+  return error == ELOOP ? "it is a symbolic link" : std::strerror(error);
+}
+
+}  // namespace
+
 void AppendResult(const std::string& path, const nlohmann::json& record) {
-  std::ofstream out(path, std::ios::app);
-  out << record.dump() << "\n";
-  if (!out) throw RuntimeError("cannot append to --result-json file " + path);
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError("cannot append to --result-json file " + path + ": " + Why(errno));
+  // One write: appends of other processes do not interleave with the line.
+  bool written = WriteAll(fd, record.dump() + "\n");
+  int error = errno;
+  close(fd);
+  if (!written)
+    throw RuntimeError("cannot append to --result-json file " + path + ": " + Why(error));
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  size_t slash = path.rfind('/');
+  std::string folder = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string pattern = folder + "." + name + ".XXXXXX";
+  std::vector<char> temporary(pattern.begin(), pattern.end());
+  temporary.push_back('\0');
+  int fd = mkstemp(temporary.data());  // O_EXCL: never an existing file or link
+  if (fd < 0) throw RuntimeError("cannot write " + path + ": " + std::strerror(errno));
+  bool written = fchmod(fd, 0644) == 0 && WriteAll(fd, text);
+  int error = errno;
+  if (close(fd) != 0 && written) {
+    written = false;
+    error = errno;
+  }
+  if (written && std::rename(temporary.data(), path.c_str()) != 0) {
+    written = false;
+    error = errno;
+  }
+  if (!written) {
+    unlink(temporary.data());
+    throw RuntimeError("cannot write " + path + ": " + std::strerror(error));
+  }
 }
 
 void AddMemoryFields(nlohmann::json& record, const char* memory_kind, const DeviceRdma& rdma) {

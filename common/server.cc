@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -215,12 +214,7 @@ class RandomFillServer {
     std::printf("Server address: %s\n", address.c_str());
     std::printf("Start a client with:\n  %s\n",
                 ClientCommand(chapter_, options_, node_, address).c_str());
-    if (!options_.address_file.empty()) {
-      // Written whole, then renamed: a reader never sees half an address.
-      std::string temporary = options_.address_file + ".new";
-      std::ofstream(temporary) << address << "\n";
-      std::rename(temporary.c_str(), options_.address_file.c_str());
-    }
+    if (!options_.address_file.empty()) WriteFileAtomically(options_.address_file, address + "\n");
   }
 
   bool MailboxWaiting() {
@@ -854,20 +848,14 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     TicksPerNanosecond();  // calibrated once, before anything is timed
     // The front door: the address clients know (see RandomFillServer).
     Network front_door(node.net(0, 0).info());
-    TakeBackAddressAfterRestart(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
-    // A server restarts in place (clients keep its address where the
-    // provider allows, common/shutdown.h); with --once it ends, as its one
-    // transfer has failed.
+    // The server then ends with exit code 3, and a supervisor starts a new
+    // one (common/shutdown.h says why it does not restart itself).
     std::vector<Network*> nets = {&front_door};
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));
     }
-    StuckPolicy policy;
-    if (!options.once) policy.restart_argv.assign(argv, argv + argc);
-    policy.address_hex = ToHex(front_door.address());
-    ArmCrashRestart(policy.restart_argv, policy.address_hex);
-    ProviderWatchdog watchdog(program, nets, kStuckSeconds, policy);
+    ProviderWatchdog watchdog(program, nets, kStuckSeconds);
     RandomFillServer server(options, chapter, node, front_door, run_writer);
     return server.Run();
   });

@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -19,11 +18,10 @@
 #include <fstream>
 
 #include "common/call_meter.h"
+#include "common/main_guard.h"
 #include "common/network.h"
 #include "common/shm_names.h"
 #include "common/thread_stats.h"
-
-extern char** environ;
 
 namespace tutorial {
 namespace {
@@ -55,7 +53,13 @@ void* g_stack[kMaxStackFrames];
 extern "C" void OnStackRequest(int) {
   int saved_errno = errno;  // a handler must leave errno as it found it
   if (static_cast<int>(syscall(SYS_gettid)) == g_stack_thread.load(std::memory_order_acquire)) {
-    // Safe in a handler once the unwinder is loaded (DescribeStuckThread).
+    // backtrace is not on POSIX's list of async-signal-safe functions: its
+    // first call loads the unwinder (made outside any handler, in
+    // DescribeStuckThread), and after that its one risk is a lock of the
+    // unwinder that this thread might hold. Then it waits here for good;
+    // the watchdog gives up after 1 s ("no stack") and the process ends
+    // anyway. The only such call in a handler of ours, and only in a
+    // process about to end.
     int depth = backtrace(g_stack, kMaxStackFrames);
     g_stack_depth.store(depth, std::memory_order_release);
   }
@@ -143,28 +147,6 @@ std::string DescribeStuckThread(int tid) {
   return where;
 }
 
-namespace {
-
-int RestartsSoFar() {
-  const char* value = std::getenv(kRestartCountVariable);
-  return value != nullptr ? std::atoi(value) : 0;
-}
-
-// Closes every descriptor but stdin, stdout and stderr, so that the new
-// image inherits no socket (tcp's listening port) and no provider file.
-void CloseDescriptorsAbove2() {
-#if defined(SYS_close_range)
-  if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return;
-#endif
-  rlimit limit{};
-  int last = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
-                 ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 16))
-                 : 1 << 16;
-  for (int fd = 3; fd < last; ++fd) close(fd);
-}
-
-}  // namespace
-
 void InstallStopHandlers() {
   // Called before any endpoint exists, and again once they do: shm installs
   // its own handler when it opens one (it removes its files at once, then
@@ -240,10 +222,9 @@ void ProviderWatchdog::Watch() {
   }
 }
 
-// No thread of ours may be inside the provider when the process ends or
-// is replaced: on shm one may hold a lock in a peer's shared memory (a
-// server writing into a client's queue), and that peer would spin on it
-// for good (measured: the client a restarted server was writing to).
+// No thread of ours may be inside the provider when the process ends: on shm one may hold a lock in
+// a peer's shared memory (a server writing into a client's queue), and that peer would spin on it
+// for good (measured: the client a server that ended was writing to).
 // New calls wait for the end (CallMeter::Begin); calls under way get up
 // to 2 s to return; the stuck one never will.
 void ProviderWatchdog::LetCallsReturn(size_t stuck) {
@@ -285,45 +266,12 @@ void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
                 longest_look);
   const std::string where = " [" + DescribeStuckThread(meter.caller()) + looked + "]";
   LetCallsReturn(index);
-  int restarts = RestartsSoFar();
-  bool restart =
-      !policy_.restart_argv.empty() && !StopRequested() && restarts < StuckPolicy::kMaxRestarts;
-  if (!restart) {
-    WriteLine(STDERR_FILENO, program_ + ": error: " + what + where + "; exiting\n");
-    for (Network* net : networks_) UnlinkProviderFiles(*net);
-    if (policy_.before_exit) policy_.before_exit();
-    _exit(1);
-  }
-  WriteLine(STDERR_FILENO, program_ + ": error: " + what + where +
-                               "; restarting in place (same process id and address, restart " +
-                               std::to_string(restarts + 1) + " of at most " +
-                               std::to_string(StuckPolicy::kMaxRestarts) + ")\n");
-  WriteLine(STDOUT_FILENO, std::string("Restarting: ") + what + "\n");
-  // The new image creates the same shm names: the old files must be gone.
+  WriteLine(STDERR_FILENO, program_ + ": error: " + what + where + "; exiting (code " +
+                               std::to_string(kExitProviderFailed) +
+                               ": start it again, e.g. under tools/serve_forever.sh)\n");
   for (Network* net : networks_) UnlinkProviderFiles(*net);
-  CloseDescriptorsAbove2();
-
-  // A fresh environment array: setenv is not safe with other threads alive.
-  std::vector<std::string> variables;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string variable = *e;
-    if (variable.rfind(std::string(kRestartAddressVariable) + "=", 0) == 0 ||
-        variable.rfind(std::string(kRestartCountVariable) + "=", 0) == 0) {
-      continue;
-    }
-    variables.push_back(std::move(variable));
-  }
-  variables.push_back(std::string(kRestartAddressVariable) + "=" + policy_.address_hex);
-  variables.push_back(std::string(kRestartCountVariable) + "=" + std::to_string(restarts + 1));
-  std::vector<char*> envp;
-  for (auto& variable : variables) envp.push_back(variable.data());
-  envp.push_back(nullptr);
-  std::vector<char*> argv;
-  for (auto& arg : policy_.restart_argv) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  execve("/proc/self/exe", argv.data(), envp.data());
-  WriteLine(STDERR_FILENO, program_ + ": error: restart failed: " + std::strerror(errno) + "\n");
-  _exit(1);
+  if (policy_.before_exit) policy_.before_exit();
+  _exit(kExitProviderFailed);
 }
 
 }  // namespace tutorial

@@ -11,17 +11,20 @@
 // than the receive posted for it in an endless loop, holding its own lock.
 // The ProviderWatchdog notices a provider call that has not returned for a
 // while (time in which the calling thread got no core does not count:
-// common/thread_stats.h) and, with one line on stderr, either ends the
-// process (exit code 1, shm files removed) or, for a server, restarts it
-// in place. What clients
-// then find depends on the provider: the server's front door (the address
-// clients know, common/server.cc) is named on shm after the process id,
-// which execve keeps, so it comes back by itself; on tcp it takes back its
-// old port (fi_setname); efa has no fi_setname and its addresses include
-// the QP number, so the front door gets a new address, which the server
-// prints and writes to --address-file (common/recovery.h). A lost client,
-// the common case, changes no address on any provider: only the data
-// endpoints are rebuilt.
+// common/thread_stats.h) and ends the process with one line on stderr,
+// shm's files removed, and exit code kExitProviderFailed
+// (common/main_guard.h).
+//
+// Why it ends rather than restarts in place: a process that re-executes
+// itself keeps its pid, signal mask, CPU affinity and open descriptors
+// unless each is put back by hand, and libfabric's state in other
+// processes (shm's maps of our files, tcp's connections) still points at
+// the old one. A new process started by a supervisor has none of that, on
+// every provider and libfabric version; it gets a new address, which it
+// prints and writes to --address-file. How to run one:
+// docs/provider-failures.md, "Under a supervisor". A lost client, the
+// common case, ends nothing: only the data endpoints are rebuilt
+// (common/recovery.h).
 #pragma once
 
 #include <condition_variable>
@@ -38,21 +41,12 @@ class Network;
 void InstallStopHandlers();
 bool StopRequested();
 
-// Set in the environment of a server restarted in place: NIC 0's address
-// (hex) to take back, and how many restarts happened so far.
-constexpr char kRestartAddressVariable[] = "TUTORIAL_SERVER_ADDRESS";
-constexpr char kRestartCountVariable[] = "TUTORIAL_SERVER_RESTARTS";
-
-// What a stuck process does: exit 1, or (given `restart_argv`) restart in
-// place with NIC 0 at `address_hex`, at most kMaxRestarts times.
+// What a stuck process does besides ending.
 struct StuckPolicy {
-  std::vector<std::string> restart_argv;  // empty: exit
-  std::string address_hex;
   // Runs (on the watchdog's thread) right before the process exits: e.g. a
   // client removes the files of a server that died holding the lock it is
   // stuck on (common/recovery.h).
   std::function<void()> before_exit;
-  static constexpr int kMaxRestarts = 5;
 };
 
 // What the watchdog says of a stuck thread of this process (a kernel thread

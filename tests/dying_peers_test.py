@@ -29,7 +29,6 @@ import random
 import re
 import signal
 import subprocess
-import tempfile
 import time
 import sys
 import unittest
@@ -37,7 +36,7 @@ import unittest
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "tools"))
-from peer_processes import chapter_binary, read, wait_for  # noqa: E402
+from peer_processes import chapter_binary, read, wait_for, work_folder  # noqa: E402
 CHAPTER = os.environ.get("DYING_PEERS_CHAPTER", "18_more")
 # Under AddressSanitizer: libfabric's own leaks when a process is stopped
 # halfway through a connection are not ours (the file says which).
@@ -124,7 +123,7 @@ class DyingPeersTest(unittest.TestCase):
               f"DYING_PEERS_SEED={SEED}), {ROUNDS} round(s) per provider and signal", flush=True)
 
     def setUp(self):
-        self.workdir = tempfile.mkdtemp(prefix="dying_peers_")
+        self.workdir = work_folder(self, "dying_peers_")
         self.pids = []  # every process we started: their /dev/shm files are ours
 
     def client(self, server, provider, tag, timeout=GOOD_TIMEOUT, flags=LAYOUT + CLIENT):

@@ -16,14 +16,13 @@ import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "tools"))
-from peer_processes import chapter_binary, read, wait_for  # noqa: E402
+from peer_processes import chapter_binary, read, wait_for, work_folder  # noqa: E402
 CHAPTER = "18_more"
 LAYOUT = ["--provider", "simnic", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",
           "--buffer-size", "1048576"]
@@ -37,7 +36,7 @@ def binary(name):
 
 class EqErrorsTest(unittest.TestCase):
     def setUp(self):
-        self.workdir = tempfile.mkdtemp(prefix="eq_errors_")
+        self.workdir = work_folder(self, "eq_errors_")
         self.trigger = os.path.join(self.workdir, "server-eq-error")
         self.server = None
         self.start_server("3")

@@ -1,15 +1,22 @@
 // What the provider watchdog says of a stuck thread before the process ends
 // (common/shutdown.h, DescribeStuckThread): its name, its state and its
-// stack, on one line, for a thread that spins and for one that sleeps.
+// stack, on one line, for a thread that spins and for one that sleeps. And
+// how the crash guard (common/main_guard.h) ends a process that faults
+// inside libfabric: one line, exit code 3; a fault of ours stays a fault.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <rdma/fabric.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <mutex>
 #include <thread>
 
+#include "common/errors.h"
+#include "common/main_guard.h"
 #include "common/shutdown.h"
 #include "common/thread_stats.h"
 
@@ -73,6 +80,55 @@ TEST(StuckThreadTest, GoneThreadSaysSo) {
   std::thread([&] { tid = ThisThreadId(); }).join();
   EXPECT_NE(DescribeStuckThread(tid).find("is gone"), std::string::npos);
   EXPECT_EQ(DescribeStuckThread(0), "no thread known");
+}
+
+// The exit codes GuardedMain promises (common/main_guard.h).
+TEST(GuardedMainTest, ExitCodesSayWhatFailed) {
+  EXPECT_EQ(GuardedMain("guard_test", [] { return 0; }), 0);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw UsageError("bad flag"); }), 2);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw RuntimeError("failed"); }), 1);
+  EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw ProviderError("cannot rebuild"); }),
+            kExitProviderFailed);
+}
+
+void NoCoreFile() {
+  rlimit none{0, 0};
+  setrlimit(RLIMIT_CORE, &none);
+}
+
+// fi_freeinfo walks the list it is given: a bad pointer faults inside
+// libfabric.so, as shm's bugs A and B do (common/recovery.h).
+TEST(CrashGuardDeathTest, FaultInsideLibfabricEndsWithOneLineAndCode3) {
+  EXPECT_EXIT(
+      {
+        NoCoreFile();
+        InstallCrashGuard("crash_test");
+        fi_freeinfo(reinterpret_cast<fi_info*>(uintptr_t{16}));
+      },
+      ::testing::ExitedWithCode(kExitProviderFailed),
+      "^crash_test: error: SIGSEGV inside libfabric [0-9]+\\.[0-9]+ "
+      "\\([^)]*libfabric[^)]*\\+0x[0-9a-f]+\\); "
+      "known shm bugs .*; exiting \\(code 3: start it again, e.g. under "
+      "tools/serve_forever.sh\\)\n$");
+}
+
+// Our own fault keeps its default action (a core dump where enabled): the
+// guard neither hides it nor leaves the signal blocked.
+TEST(CrashGuardDeathTest, FaultOutsideLibfabricStaysAFault) {
+  EXPECT_EXIT(
+      {
+        NoCoreFile();
+        InstallCrashGuard("crash_test");
+        raise(SIGSEGV);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(
+      {
+        NoCoreFile();
+        InstallCrashGuard("crash_test");
+        raise(SIGBUS);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
 }
 
 }  // namespace

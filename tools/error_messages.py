@@ -3,8 +3,9 @@
 
 What counts as a message (the user-facing sources: common/, chapters/*/,
 simnic/ but its tests and benchmark):
-  - the text given to a thrown UsageError, RuntimeError, ProtocolError or
-    std::runtime_error (main() prints it as "<program>: error: <text>");
+  - the text given to a thrown UsageError, RuntimeError, ProtocolError,
+    ProviderError or std::runtime_error (main() prints it as
+    "<program>: error: <text>");
   - the text given to Fail(...) in a writer and Abandon(...) in the
     transfer watch (the server prints "Transfer abandoned: <text>" and the
     client "the server abandoned the transfer: <text>");
@@ -37,7 +38,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # A call whose text reaches the user, up to the end of its statement.
-CALLS = re.compile(r"(?:\bthrow\s+(?:tutorial::)?(?:UsageError|RuntimeError|ProtocolError)\s*\("
+CALLS = re.compile(r"(?:\bthrow\s+(?:tutorial::)?"
+                   r"(?:UsageError|RuntimeError|ProtocolError|ProviderError)\s*\("
                    r"|\bstd::runtime_error\s*\(|(?<![\w.>])(?:Fail|Abandon|SendReject|Reject)\s*\("
                    r"|\bfprintf\(\s*stderr\s*,|\bstd::cerr\s*<<"
                    r"|\bsnprintf\(\s*(?:text|what)\s*,[^,]*,"

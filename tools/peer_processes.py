@@ -1,8 +1,11 @@
 """What the dying-peers tests and tools/dying_peers_rounds.py share about
 the processes they start and watch: where a chapter's binaries are, reading
-a log that may not exist yet, and waiting with a deadline."""
+a log that may not exist yet, waiting with a deadline, and a work folder
+that goes away with the test."""
 import os
 import pathlib
+import shutil
+import tempfile
 import time
 
 # Bazel's runfiles when run as a test; the workspace when run by hand.
@@ -34,3 +37,12 @@ def wait_for(predicate, seconds, step=0.05):
             return True
         time.sleep(step)
     return predicate()
+
+
+def work_folder(test, prefix):
+    """A new folder for `test`'s logs and address files, removed when the
+    test ends (its messages carry the logs' tails). Under Bazel it lies in
+    the test's own $TEST_TMPDIR, never in /tmp, so clones can test at once."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TEST_TMPDIR"))
+    test.addCleanup(shutil.rmtree, path, ignore_errors=True)
+    return path
