@@ -73,6 +73,10 @@ class ExercisesCheckTest(unittest.TestCase):
     def test_catches_an_exercise_without_a_check(self):
         self.assert_caught("Check:", "See:", "no 'Check:' line")
 
+    def test_catches_a_path_another_checkout_may_use(self):
+        self.assert_caught("--repeat 20 --counters", "--repeat 20 --counters > /tmp/ex14.out",
+                           "names /tmp/ex14.out, a path another checkout may use too")
+
     def test_catches_a_page_without_a_design_note(self):
         self.assert_caught("## Design note", "## Notes", "no '## Design note' section")
 

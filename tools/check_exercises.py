@@ -41,7 +41,13 @@ CHAPTER_PAGE = re.compile(r"^(\d\d)_[a-z_]+\.md$")
 # too; checks use the process ids that run_chapter.py --pid-dir writes.
 ALLOWED = {"bazel", "python3", "git", "ps", "grep", "sed", "taskset", "diff", "cat", "head",
            "tail", "sort", "uniq", "nproc", "lscpu", "env", "for", "do", "done", "break",
-           "seq", "sleep", "kill", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time"}
+           "seq", "sleep", "kill", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time",
+           "mkdir"}
+# A check writes only under the checkout's out/ (git ignores it), so two
+# checkouts on one machine never share a file: a fixed path in a shared
+# folder would let one checkout's `rm -rf` or `kill $(cat ...)` reach the
+# other's run.
+SHARED_PATH = re.compile(r"(^|[=:>])(/tmp|/var/tmp|/dev/shm)(/|$)")
 
 
 def chapter_pages(root):
@@ -285,6 +291,10 @@ def check_command(root, helps, where, words):
     if any(re.search(r"\bp(grep|kill)\b", w) for w in words):
         problems.append(f"{where}: finds processes by name (pgrep/pkill), which matches other "
                         "users' runs on a shared machine: use run_chapter.py --pid-dir")
+    shared = [w for w in words if SHARED_PATH.search(w)]
+    if shared:
+        problems.append(f"{where}: names {shared[0]}, a path another checkout may use too: "
+                        "write under out/ (git ignores it)")
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         words = words[1:]
     if not words:
