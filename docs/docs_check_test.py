@@ -32,7 +32,7 @@ def check(root):
 def copy_tree(tmp):
     """The parts of the checkout the pages are made from, in tmp."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "results"):
+    for part in ("chapters", "common", "docs", "results", "simnic", "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png"))
     return copy

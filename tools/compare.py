@@ -11,7 +11,7 @@ writes into a folder named <machine>-<provider>-<memory>:
   results.json  the settings and every run's raw server record
   plot.png      Gbps and Mops/s per chapter, beside the series' p5 ladder
 
-The counters (docs/README.md, "Counters") are medians over the runs, per
+The counters (docs/counters.md) are medians over the runs, per
 WRITE where that is what teaches (post calls, doorbells, CQ reads, EAGAINs
 and allocations per WRITE, CPU ns per WRITE inside and outside provider
 calls), and as counts for the writer threads' migrations and involuntary
@@ -534,8 +534,8 @@ before. The last two columns are the numbers {series.SERIES_SOURCE} (8 GPUs,
 for reference, not measured here; chapters 16 on are ours, with no series
 number.
 
-Counters of the writer threads' whole run, warmup included (docs/README.md,
-"Counters"), medians over the runs: per WRITE for the calls, EAGAINs and
+Counters of the writer threads' whole run, warmup included (docs/counters.md),
+medians over the runs: per WRITE for the calls, EAGAINs and
 allocations and for the CPU time inside and outside provider calls; counts
 for migrations and involuntary context switches. An empty cell: no run
 reported that counter.

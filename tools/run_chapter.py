@@ -18,7 +18,7 @@ fell behind the line rate is flagged ("flags" in the JSON line) and does not
 count in tools/compare.py's medians.
 
 It prints the server's JSON result line, or with --counters the writer
-threads' counters per WRITE instead (docs/README.md, "Counters", says what
+threads' counters per WRITE instead (docs/counters.md says what
 each one counts; --json adds the line back).
 
 The processes' ids are printed as they start ("run_chapter: server pid N",
