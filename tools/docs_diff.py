@@ -644,12 +644,19 @@ def tool_constants(root, tool):
 
 
 def code_constant(root, rel, name):
-    """`name = VALUE;` (constexpr, const or an enum's) in a C++ file."""
-    text = (pathlib.Path(root) / rel).read_text()
-    m = re.search(r"\b" + re.escape(name) + r"\s*=\s*([^;,}]+)[;,}]", text)
-    if not m:
-        raise BlockError(f"{rel} defines no constant {name}")
-    return _number(m.group(1))
+    """`name = VALUE;` (constexpr, const or an enum's) in a C++ file, or in
+    the files a glob names (`common/*.h`: a constant that moves between
+    files of a folder stays found; all its definitions must agree)."""
+    root = pathlib.Path(root)
+    values = set()
+    for path in sorted(root.glob(rel)):
+        for m in re.finditer(r"\b" + re.escape(name) + r"\s*=\s*([^;,}]+)[;,}]",
+                             path.read_text()):
+            values.add(_number(m.group(1)))
+    if len(values) != 1:
+        raise BlockError(f"{rel} defines {name} " + ("nowhere" if not values else
+                                                      f"with values {sorted(values)}"))
+    return values.pop()
 
 
 def value_names(repo):

@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -314,9 +315,25 @@ def note_pid(args, role, process, echo):
         (pathlib.Path(pid_dir) / f"{role}.pid").write_text(f"{process.pid}\n")
 
 
+# Lines that only frame a server's output: never the reason it failed.
+FRAMING = re.compile(r"^(-+|Waiting for a client \(Ctrl-C to stop\)\.)$")
+# A line that says why: an error, an abandoned or failed transfer, a stop.
+REASON = re.compile(r"error|fail|abandon|cannot|refus|stopp|timed? ?out|stall|killed|"
+                    r"no (?:such|answer|client)", re.I)
+
+
 def last_lines(lines, count):
-    kept = [line.rstrip() for line in lines if line.strip()]
+    kept = [line.rstrip() for line in lines if line.strip() and not FRAMING.match(line.strip())]
     return "\n".join(kept[-count:])
+
+
+def reason(lines):
+    """The last line that says why a process failed (an error, an abandoned
+    transfer), else its last line that is not framing ("Waiting for a
+    client")."""
+    kept = [line.rstrip() for line in lines if line.strip() and not FRAMING.match(line.strip())]
+    said = [line for line in kept if REASON.search(line)]
+    return (said or kept or [""])[-1]
 
 
 def run_once(args, chapter, echo=True):
@@ -427,10 +444,11 @@ def run_once(args, chapter, echo=True):
             if echo and server.returncode == 0 and client.returncode == 0:
                 for line in client_out.splitlines()[-2:]:
                     print(f"  client| {line}", flush=True)
-            # One short message: the server's lines were echoed as they came
-            # (its last one is the reason), the client's last two just now.
-            server_said = last_lines(server_lines, 1 if echo else 5)
-            client_said = last_lines(client_lines, 1)
+            # One short message: the server's lines were echoed as they came;
+            # the message quotes the line that says why, not the "Waiting for
+            # a client" a server prints after a failed transfer.
+            server_said = reason(server_lines) if echo else last_lines(server_lines, 5)
+            client_said = reason(client_lines)
             if server.returncode != 0:
                 raise RuntimeError(f"{chapter} server failed (exit {server.returncode}): "
                                    f"{server_said or 'no output'}")
