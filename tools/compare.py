@@ -350,7 +350,10 @@ def run_all(args, chapter_list):
                 if extra >= args.extra_runs:
                     break
                 extra += 1
-            tag = f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]"
+            # A replacement run says so: "run 4/3" read as a count gone wrong.
+            tag = (f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]" if j <= args.runs
+                   else f"[{i}/{len(chapter_list)} {chapter} extra run {extra}/"
+                        f"{args.extra_runs}, for a flagged one]")
             filt.prefix = tag
             if filt.tty and not args.verbose:
                 filt.out.write("\r\033[K" + f"{tag} starting")
@@ -413,7 +416,7 @@ def summarize(records, chapter_list):
         flagged = [r for r in mine if r.get("ok") and r.get("flags")]
         ok = [r for r in mine if r.get("ok") and not r.get("flags")]
         flag_names = sorted({f for r in flagged for f in r["flags"]})
-        row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.CHAPTERS
+        row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.ORDER
                else "", "runs": len(mine), "runs_ok": len(ok), "runs_flagged": len(flagged),
                "flags": ", ".join(flag_names),
                "series_p5_gbps": series.series_gbps(chapter) if chapter in series.CHAPTERS

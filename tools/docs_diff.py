@@ -680,7 +680,7 @@ def value_names(repo):
             "series": _Fields("tools/series.py", {
                 "gbps": series.series_gbps, "mops": series.series_mops,
                 "share": lambda c: 100 * series.series_share(c),
-                "link_gbps": series.SERIES_LINK_GBPS}),
+                "link_gbps": series.SERIES_LINK_GBPS, "quote": series.QUOTES.get}),
             "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
         }
     return repo._value_names
