@@ -47,6 +47,7 @@ hand:
                                      defaults), `run_chapter.SIMNIC_NICS_PER_GPU`
                                      (a tool's constant), `code("chapters/14_batch/
                                      server.cc", "kBatchSize")` (a C++ constant),
+                                     `count(FILE, REGEX)` (matching lines),
                                      `series.gbps("12_pin")`, `rec(FOLDER,
                                      CHAPTER, COLUMN)`; arithmetic allowed,
                                      `EXPR | FORMAT` formats (`.1f`, `,.0f`)
@@ -659,6 +660,17 @@ def code_constant(root, rel, name):
     return values.pop()
 
 
+def code_count(root, rel, pattern):
+    """How many lines of a file (or of the files a glob names) match a
+    regular expression, comment lines left out: `++posted_write_ops_`
+    statements, say."""
+    paths = sorted(pathlib.Path(root).glob(rel))
+    if not paths:
+        raise BlockError(f"no file {rel}")
+    return sum(1 for path in paths for line in path.read_text().splitlines()
+               if not re.match(r"\s*//", line) and re.search(pattern, line))
+
+
 def value_names(repo):
     """What a value marker may name (each read once per Repo)."""
     if not hasattr(repo, "_value_names"):
@@ -677,6 +689,7 @@ def value_names(repo):
                                                                           "run_chapter")),
             "compare": _Fields("tools/compare.py", tool_constants(repo.root, "compare")),
             "code": lambda rel, name: code_constant(repo.root, rel, name),
+            "count": lambda rel, pattern: code_count(repo.root, rel, pattern),
             "series": _Fields("tools/series.py", {
                 "gbps": series.series_gbps, "mops": series.series_mops,
                 "share": lambda c: 100 * series.series_share(c),

@@ -68,9 +68,9 @@ def add_run_flags(parser):
     parser.add_argument("--page-size", type=int, default=None,
                         help="bytes per WRITE (default: 65536; simnic: 256, the p5's 64 KiB "
                         "scaled by SIMNIC_SCALE)")
-    parser.add_argument("--pages", type=int, default=1000,
+    parser.add_argument("--pages", type=int, default=DEFAULT_PAGES,
                         help="pages per client buffer (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=50,
+    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
                         help="times the server writes every page (default: %(default)s)")
     parser.add_argument("--buffer-size", type=int, default=None,
                         help="bytes per buffer (default: just enough for the pages)")
@@ -92,6 +92,8 @@ def add_run_flags(parser):
 
 # --- simnic's machine-sized defaults ----------------------------------------
 
+DEFAULT_PAGES = 1000           # the series' request: pages per client buffer
+DEFAULT_REPEAT = 50            # times the server writes every page
 SIMNIC_PAGE_SIZE = 256          # 64 KiB / SIMNIC_SCALE (256): the p5's WRITE rate
 SIMNIC_NICS_PER_GPU = 4         # the p5's 4 NICs per GPU
 SIMNIC_MAX_GPUS = 8
