@@ -695,6 +695,7 @@ def value_names(repo):
                 "share": lambda c: 100 * series.series_share(c),
                 "link_gbps": series.SERIES_LINK_GBPS, "quote": series.QUOTES.get}),
             "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
+            "str": str, "range": range,
         }
     return repo._value_names
 
@@ -703,7 +704,8 @@ def render_value(repo, expr):
     """The text of one value marker: EXPR, or EXPR | FORMAT."""
     body, sep, fmt = expr.rpartition(" | ") if " | " in expr else (expr, "", "")
     try:
-        value = eval(body, {"__builtins__": {}}, value_names(repo))  # noqa: S307
+        # The names as globals, so that a generator inside EXPR sees them too.
+        value = eval(body, {"__builtins__": {}, **value_names(repo)})  # noqa: S307
     except BlockError as e:
         raise BlockError(f"value:begin {expr}: {e}")
     except Exception as e:  # noqa: BLE001: a typo in the page
@@ -721,12 +723,12 @@ TYPED = re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*-\s*\d[\d,.]*)?\s*"
                    r"(?:ns|us|µs|Gbps|Mops/s|M WRITEs/s|%)(?![\w/])")
 
 
-def typed_numbers(page, text):
+def typed_numbers(repo, page, text):
     """Numbers with a unit typed into a chapter page, outside the generated
     blocks, value markers, code and the series' title: each goes stale when
     the code, the model or a recording changes."""
-    if not re.match(r"\d\d_", page.name):
-        return []
+    if not re.match(r"\d\d_", page.name) or not (repo.root / "chapters" / page.stem).is_dir():
+        return []  # a chapter's page only
     prose = BLOCK.sub("", text)
     prose = VALUE.sub("", prose)
     prose = re.sub(r"```.*?```", "", prose, flags=re.S)
@@ -853,7 +855,7 @@ def main():
             broken.append(f"{rel}: {e}")
             continue
         broken += stale_counter_quotes(repo, rel, new)
-        broken += typed_numbers(rel, new)
+        broken += typed_numbers(repo, rel, new)
         if new == old:
             continue
         if args.write:
