@@ -85,7 +85,7 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name) / "checkout"
         src = source_root()
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        for part in ("chapters", "common", "docs", "results", "simnic", "tools"):
+        for part in ("chapters", "common", "docs", "results", "simnic", "tests", "tools"):
             shutil.copytree(src / part, self.root / part, ignore=ignore)
         shutil.copy2(src / ".gitignore", self.root / ".gitignore")
         git(self.root, "init", "-q")

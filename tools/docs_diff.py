@@ -512,7 +512,7 @@ def render_counters(repo, chapter, prefix):
 def folder_cpus(folder):
     """How many CPUs a recording's runs could use, from its folder's name
     (`-taskset4-` before `-16core-`); None when the name does not say."""
-    m = re.search(r"-taskset(\d+)-", folder) or re.search(r"-(\d+)core-", folder)
+    m = re.search(r"-taskset(\d+)-", folder) or re.search(r"(?:^|-)(\d+)core-", folder)
     return int(m.group(1)) if m else None
 
 
