@@ -196,7 +196,7 @@ class DocsCheckTest(unittest.TestCase):
         self.assertEqual(len(rows), 3, block)
         self.assertIn("the series on its p5", rows[0])
         self.assertIn("**SIMULATED** (simnic)", rows[1])
-        self.assertIn("your machine (SIMULATED): `python3 tools/compare.py --provider simnic",
+        self.assertIn("your machine (SIMULATED): `python3 tools/compare.py --provider simnic --repeat 200",
                       rows[2])
         self.assertIn("--chapters 11_multithread 12_pin`", rows[2])
         self.assertIn("(../results/README.md#all-recordings)", block)

@@ -22,15 +22,17 @@ hand:
                                      second of several definitions (overloads)
   <!-- series:begin ladder -->       the series' own ladder: Gbps, Mops/s and
   <!-- series:end -->                share of 3200 Gbps per chapter
-  <!-- results:begin 10_warmup -->   that chapter's few recorded results that
-  <!-- results:end -->               teach (PAGE_ROWS: the local default, many
-                                     cores in the p5's layout, one GPU row)
-                                     beside the series', a link to the rest,
-                                     and the simulated NIC's in a table of
-                                     their own
+  <!-- results:begin 10_warmup -->   the chapter page's one results table:
+  <!-- results:end -->               the series' row on its p5, the simulated
+                                     row of the recorded folder nearest a
+                                     learner's machine (the fewest CPUs), an
+                                     empty row with the command that fills
+                                     it, and links to every recording and its
+                                     counters
   <!-- counters:begin 14_batch -->    the chapter's counters beside the
   <!-- counters:end -->              previous chapter's, from every recording
-                                     that has them (simulated ones labelled)
+                                     that has them (simulated ones labelled;
+                                     results/counters.md)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
@@ -111,29 +113,6 @@ def is_simulated(folder, provider):
     """A recording of the simulated NIC (simnic): its numbers are simulated and
     never share a column with measured provider numbers."""
     return provider == "simnic" or "simnic" in folder.split("/")[0].split("-")
-
-
-# The rows a chapter page shows (issue 18): the few that teach, each with
-# what it shows; every recording is in results/README.md, which the page
-# links. A row is the first recording that matches, preferred folders first
-# (the preference says which of several similar recordings teaches best).
-PAGE_ROWS = [
-    {"shows": "the local default: `python3 tools/compare.py` as it comes",
-     "match": {"kind": "compare", "provider": "shm", "memory": "host", "gpus": "1",
-               "nics_per_gpu": "2", "page_size": "65536"},
-     "every_match": True},  # one row per machine that recorded it
-    {"shows": "many cores, the p5's layout in host memory",
-     "match": {"memory": "host", "gpus": "8", "nics_per_gpu": "4", "page_size": "65536"},
-     "prefer": ["h200x4-shm-cuda/host-8x4"]},
-    # The one GPU recording of today's code (every chapter). The two- and
-    # four-GPU folders were recorded before chapters 09-15 became the
-    # series' (results/README.md): their rows describe code that is gone.
-    {"shows": "GPU memory, server and client on one GPU",
-     "match": {"memory": "cuda", "gpus": "1", "page_size": "65536"},
-     "prefer": ["h200-shm-cuda"]},
-]
-# Hook for the simulated NIC: its recordings get a table of their own under
-# the measured one (render_simulated), never rows in it.
 
 
 class Repo:
@@ -398,61 +377,6 @@ def _link(prefix, folder):
     return f"[{folder}]({prefix}{folder}/results.md)"
 
 
-def _row_matches(rec, row, match):
-    for key, want in match.items():
-        have = rec.get(key) if key == "kind" else str(row.get(key, ""))
-        if have != want:
-            return False
-    return True
-
-
-def page_rows(repo, chapter):
-    """The (what it shows, recording) pairs of PAGE_ROWS for a chapter."""
-    measured = [rec for rec in repo.result_sets() if not rec["simulated"]]
-    chosen = []
-    for spec in PAGE_ROWS:
-        found = [rec for rec in measured if chapter in rec["rows"]
-                 and _row_matches(rec, rec["rows"][chapter], spec["match"])]
-        if not spec.get("every_match"):
-            order = spec.get("prefer", [])
-            found.sort(key=lambda rec: order.index(rec["folder"]) if rec["folder"] in order
-                       else len(order))
-            found = found[:1]
-        chosen += [(spec["shows"], rec) for rec in found if rec not in [c[1] for c in chosen]]
-    return chosen, len([rec for rec in measured if chapter in rec["rows"]])
-
-
-def _chapter_line(prefix, shows, rec, r):
-    g, m = _f(r, "gbps_median"), _f(r, "mops_median")
-    runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
-    return (f"| {shows} | {_link(prefix, rec['folder'])} | "
-            f"{r['provider'] or '?'}, {r['memory']} | {_layout(r)} | "
-            f"{'failed' if g is None else f'{g:.3f}'} | "
-            f"{'' if m is None else f'{m:.4f}'} | {runs} | "
-            f"{_change(_f(r, 'vs_previous'))} |")
-
-
-def render_simulated(repo, chapter, prefix):
-    """The simulated NIC's recordings of a chapter, in a table of their own."""
-    sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]]
-    if not sims:
-        return ""
-    lines = ["", "Simulated, not measured on a NIC (`simnic`): numbers of a simulated NIC "
-             "that charges the calling thread for what a NIC and a CPU would cost (posts, "
-             "doorbells, CQ reads, the other socket, moves between cores, first contact; "
-             "[simnic](simnic.md)); compare them with each other, not with the rows above.", "",
-             "| simulated (simnic) | layout | Gbps (simulated) | Mops/s (simulated) | runs "
-             "| vs previous chapter |", "|---|---|---:|---:|---:|---:|"]
-    for rec in sims:
-        r = rec["rows"][chapter]
-        g, m = _f(r, "gbps_median"), _f(r, "mops_median")
-        lines.append(f"| {_link(prefix, rec['folder'])} | {r['memory']}, {_layout(r)} | "
-                     f"{'failed' if g is None else f'{g:.3f}'} | "
-                     f"{'' if m is None else f'{m:.4f}'} | {r['runs']} | "
-                     f"{_change(_f(r, 'vs_previous'))} |")
-    return "\n".join(lines) + "\n"
-
-
 COUNTER_COLUMNS = [  # compare.py's results.csv columns, as the pages name them
     ("post_calls_per_write", "post calls / WRITE", 3),
     ("doorbells_per_write", "doorbells / WRITE", 3),
@@ -552,10 +476,17 @@ def render_results_chapter(repo, chapter, prefix):
                      f"{'' if m is None else f'{m:.4f}'} | {_change(_f(r, 'vs_previous'))} |")
     chapters = f"{prev} {chapter}" if prev else chapter
     lines.append(f"| your machine (SIMULATED): `python3 tools/compare.py --provider simnic "
-                 f"--repeat 20 --chapters {chapters}` | `out/results/` | | | | |")
+                 f"--repeat 200 --chapters {chapters}` | `out/results/` | | | | |")
     readme = "../results/README.md" if prefix else "README.md"
     counters = "../results/counters.md" if prefix else "counters.md"
-    return ("\n".join(lines) + "\n\nEvery other recording (machines, providers, layouts, page "
+    return ("\n".join(lines) + "\n\nFill in the last row: the command prints where it wrote "
+            "`results.md`; this chapter's row there is yours. It is simulated like the row above "
+            "it: compare the two with each other, and the step between chapters with the "
+            "series' step, never a simulated Gbps with the series' Gbps. Where its runs are "
+            f"flagged (most on 2 cores; [chapter 09]({'' if prefix else '../docs/'}"
+            "09_multinet.md#exercises) says why) the row reads \"not counted\": then the "
+            "exact counts of the exercises below are what your machine shows. Every other "
+            "recording (machines, providers, layouts, page "
             f"sizes): [all recordings]({readme}#all-recordings); their counters: "
             f"[counters]({counters}#{chapter}).\n")
 
