@@ -16,8 +16,10 @@ and has a "## Design note" section. This tool makes sure that each exercise
 has a check, and that every check command would run on today's code: the
 Bazel targets exist, every flag given to a chapter's server or client or to
 a tool in tools/ is one that its --help lists, every `sed -i` edit still
-finds the text it changes (it is tried on a copy), every file named exists
-and every SIMNIC_* variable is one that simnic reads. It runs nothing else:
+finds the text it changes (it is tried on a copy), every file named exists,
+every SIMNIC_* variable is one that simnic reads, and nothing is written
+to a shared folder such as /tmp (a check writes under the checkout's out/,
+so two checkouts on one machine never touch each other's files). It runs nothing else:
 the answers are measured by whoever does the exercise, never typed here.
 
   python3 tools/check_exercises.py                 # binaries from bazel-bin
