@@ -163,6 +163,8 @@ def main():
                         help="binaries: DIR/<chapter>/server and client; no Bazel")
     parser.add_argument("--record", type=pathlib.Path, default=None, metavar="DIR",
                         help="write DIR/verdicts.md and DIR/runs.jsonl")
+    parser.add_argument("--note", default=None,
+                        help="one line for the recording's header: what else ran (stress-ng ...)")
     parser.add_argument("--list", action="store_true", help="list the exercises and exit")
     args = parser.parse_args()
     root = args.root.resolve()
@@ -258,6 +260,7 @@ def record(args, root, table, runs, seconds):
         f"- load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         "- command: `python3 tools/run_exercises.py "
         + " ".join(sys.argv[1:]) + "`",
+    ] + ([f"- beside it: {args.note}"] if args.note else []) + [
         "",
         "| exercise | page | runs that agree | verdict |",
         "|---|---|---|---|",
