@@ -34,13 +34,16 @@ bool IsEfa(const fi_info& info) {
          std::strcmp(info.fabric_attr->prov_name, "efa") == 0;
 }
 
-// 1 or 0 as the provider answers, -1 when it does not.
+#if FI_VERSION_GE(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), FI_VERSION(1, 18))
+// 1 or 0 as the provider answers, -1 when it does not. Only the options of
+// the 1.18 headers are read with it (ApplyEfaEndpointRules).
 int GetBool(const EndpointOptions& options, int name) {
   bool value = false;
   size_t length = sizeof(value);
   if (!options.get || options.get(name, &value, &length) != 0 || length != sizeof(value)) return -1;
   return value ? 1 : 0;
 }
+#endif
 
 }  // namespace
 

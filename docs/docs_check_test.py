@@ -32,7 +32,7 @@ def check(root):
 def copy_tree(tmp):
     """The parts of the checkout the pages are made from, in tmp."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "results"):
+    for part in ("chapters", "common", "docs", "results", "simnic", "tests", "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png"))
     return copy
@@ -142,7 +142,7 @@ class DocsCheckTest(unittest.TestCase):
             page.write_text((source_root() / "docs" / "workshop.md").read_text())
             result = check(copy)
             self.assertEqual(result.returncode, 1, result.stdout)
-            self.assertIn("docs/14_batch.md", result.stdout)
+            self.assertIn("results/counters.md", result.stdout)
             self.assertIn("Not shown: recorded under an older counter rule", result.stdout)
 
     def test_check_catches_a_missing_page(self):
@@ -189,18 +189,73 @@ class DocsCheckTest(unittest.TestCase):
         return subprocess.run([sys.executable, str(tool), "--write", "--root", str(root)],
                               capture_output=True, text=True)
 
-    def test_chapter_pages_show_the_rows_that_teach_and_link_the_rest(self):
+    def test_a_chapter_page_has_one_results_table_of_three_rows(self):
         text = (source_root() / "docs" / "12_pin.md").read_text()
         block = text.split("<!-- results:begin 12_pin -->")[1].split("<!-- results:end -->")[0]
-        measured = block.split("Simulated, not measured")[0]  # the simulated table is apart
-        rows = [line for line in measured.splitlines() if line.startswith("| ")][1:]
-        self.assertLessEqual(len(rows), 5, block)
-        self.assertIn("the local default", block)
-        self.assertIn("GPU memory, server and client on one GPU", block)
-        self.assertIn("the series' own number", block)
+        rows = [line for line in block.splitlines() if line.startswith("| ")][1:]
+        self.assertEqual(len(rows), 3, block)
+        self.assertIn("the series on its p5", rows[0])
+        self.assertIn("**SIMULATED** (simnic)", rows[1])
+        self.assertIn("your machine (SIMULATED): `python3 tools/compare.py --provider simnic --repeat 200",
+                      rows[2])
+        self.assertIn("--chapters 11_multithread 12_pin`", rows[2])
         self.assertIn("(../results/README.md#all-recordings)", block)
+        self.assertIn("(../results/counters.md#12_pin)", block)
 
-    def test_simulated_results_get_a_table_of_their_own(self):
+    def test_chapter_pages_keep_history_and_extra_tables_out(self):
+        sys.path.insert(0, str(source_root() / "tools"))
+        import check_exercises  # noqa: E402
+        for page in check_exercises.chapter_pages(source_root()):
+            text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+            tables = [line for line in text.splitlines() if re.match(r"\|\s*-{3}", line)]
+            self.assertLessEqual(len(tables), 1, f"{page.name}: more than one table")
+            self.assertNotRegex(text, r"(?i)counter[- ]rule", page.name)
+            prose = re.sub(r"<!-- .*? -->", "", text)
+            for word in re.findall(r"\b[0-9a-f]{7,40}\b", prose):
+                self.assertFalse(re.search(r"[a-f]", word) and re.search(r"\d", word),
+                                 f"{page.name} names what looks like a commit: {word}")
+
+    def test_check_catches_a_number_the_code_no_longer_gives(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            model = copy / "simnic" / "model.h"
+            text = model.read_text()
+            self.assertIn("doorbell_ns = ", text)
+            model.write_text(re.sub(r"doorbell_ns = \d+;", "doorbell_ns = 7;", text))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            stale = result.stdout.split("stale page(s):")[-1]
+            self.assertIn("docs/12_pin.md", stale)
+            self.assertIn("docs/18_more.md", stale)
+            # A default of a tool moves the counts computed from it.
+            tool = copy / "tools" / "run_chapter.py"
+            model.write_text(text)
+            tool.write_text(tool.read_text().replace("DEFAULT_PAGES = 1000", "DEFAULT_PAGES = 999"))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/12_pin.md", result.stdout.split("stale page(s):")[-1])
+
+    def test_check_catches_a_typed_cost(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "docs" / "16_thread_domain.md"
+            page.write_text(page.read_text().replace(
+                "## Why it is faster\n", "## Why it is faster\n\nA post costs 240 ns.\n", 1))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/16_thread_domain.md: types '240 ns'", result.stdout)
+
+    def test_check_names_a_constant_that_is_gone(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "docs" / "14_batch.md"
+            page.write_text(page.read_text() + '\n<!-- value:begin code("common/*.h", '
+                            '"kNoSuchThing") -->1<!-- value:end -->\n')
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("common/*.h defines kNoSuchThing nowhere", result.stdout)
+
+    def test_simulated_results_are_labelled(self):
         with tempfile.TemporaryDirectory() as tmp:
             copy = self.copy(tmp)
             # A made-up simnic recording, in compare.py's columns: it must
@@ -212,11 +267,14 @@ class DocsCheckTest(unittest.TestCase):
             (folder / "results.csv").write_text(text)
             result = self.write(copy)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            for page in ("docs/12_pin.md", "docs/README.md", "results/README.md"):
-                text = (copy / page).read_text()
-                measured, _, simulated = text.partition("Simulated, not measured on a NIC")
-                self.assertNotIn("2core-test-simnic-host", measured, page)
-                self.assertIn("2core-test-simnic-host", simulated, page)
+            text = (copy / "results" / "README.md").read_text()
+            measured, _, simulated = text.partition("Simulated, not measured on a NIC")
+            self.assertNotIn("2core-test-simnic-host", measured)
+            self.assertIn("2core-test-simnic-host", simulated)
+            # The fewest CPUs: the chapter pages' simulated row, labelled.
+            page = (copy / "docs" / "12_pin.md").read_text()
+            row = next(line for line in page.splitlines() if "2core-test-simnic-host" in line)
+            self.assertIn("**SIMULATED** (simnic), 2 CPUs", row)
             self.assertEqual(check(copy).returncode, 0)
 
     def test_check_catches_a_stale_code_block(self):

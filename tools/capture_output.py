@@ -7,8 +7,8 @@ Runs each chapter's real server (--once) and client on this machine, over
 docs/output/<chapter>.txt, preceded by the command that printed it. What
 varies from run to run or machine to machine is replaced by a placeholder
 (NORMALISE): the server's address by <address>, times by <time>, speeds by
-<rate>, the libfabric version by <version> (the
-file it was loaded from is left out), the host group's NUMA node and
+<rate>, the libfabric version by <version> and the file it was loaded
+from by <path>, the host group's NUMA node and
 cores by <node> and <cores>. What is left is the same on every machine and
 every run, so the pages can show it and a test can compare it:
 
@@ -45,7 +45,7 @@ NORMALISE = [
     (re.compile(r"\b[0-9a-f]{16,}\b"), "<address>"),
     # the libfabric in use: its version and the file it was loaded from
     (re.compile(r"\blibfabric \d+\.\d+(\.\d+)?\S* \(API \d+\.\d+\)( from [^,]+)?"),
-     "libfabric <version> (API <version>)"),
+     lambda m: "libfabric <version> (API <version>)" + (" from <path>" if m.group(2) else "")),
     # the topology table's host row: the NUMA node and cores of this machine
     (re.compile(r"^(host\s+-\s+)\S+\s+\S+\s+"), r"\1<node>  <cores>  "),
     (re.compile(r"\[\s*\d+\.\d+s\]"), "[<time>s]"),

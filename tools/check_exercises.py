@@ -16,8 +16,10 @@ and has a "## Design note" section. This tool makes sure that each exercise
 has a check, and that every check command would run on today's code: the
 Bazel targets exist, every flag given to a chapter's server or client or to
 a tool in tools/ is one that its --help lists, every `sed -i` edit still
-finds the text it changes (it is tried on a copy), every file named exists
-and every SIMNIC_* variable is one that simnic reads. It runs nothing else:
+finds the text it changes (it is tried on a copy), every file named exists,
+every SIMNIC_* variable is one that simnic reads, and nothing is written
+to a shared folder such as /tmp (a check writes under the checkout's out/,
+so two checkouts on one machine never touch each other's files). It runs nothing else:
 the answers are measured by whoever does the exercise, never typed here.
 
   python3 tools/check_exercises.py                 # binaries from bazel-bin
@@ -41,7 +43,13 @@ CHAPTER_PAGE = re.compile(r"^(\d\d)_[a-z_]+\.md$")
 # too; checks use the process ids that run_chapter.py --pid-dir writes.
 ALLOWED = {"bazel", "python3", "git", "ps", "grep", "sed", "taskset", "diff", "cat", "head",
            "tail", "sort", "uniq", "nproc", "lscpu", "env", "for", "do", "done", "break",
-           "seq", "sleep", "kill", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time"}
+           "seq", "sleep", "kill", "echo", "wc", "cp", "rm", "ls", "numactl", "perf", "time",
+           "mkdir"}
+# A check writes only under the checkout's out/ (git ignores it), so two
+# checkouts on one machine never share a file: a fixed path in a shared
+# folder would let one checkout's `rm -rf` or `kill $(cat ...)` reach the
+# other's run.
+SHARED_PATH = re.compile(r"(^|[=:>])(/tmp|/var/tmp|/dev/shm)(/|$)")
 
 
 def chapter_pages(root):
@@ -285,6 +293,10 @@ def check_command(root, helps, where, words):
     if any(re.search(r"\bp(grep|kill)\b", w) for w in words):
         problems.append(f"{where}: finds processes by name (pgrep/pkill), which matches other "
                         "users' runs on a shared machine: use run_chapter.py --pid-dir")
+    shared = [w for w in words if SHARED_PATH.search(w)]
+    if shared:
+        problems.append(f"{where}: names {shared[0]}, a path another checkout may use too: "
+                        "write under out/ (git ignores it)")
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         words = words[1:]
     if not words:

@@ -11,7 +11,7 @@ writes into a folder named <machine>-<provider>-<memory>:
   results.json  the settings and every run's raw server record
   plot.png      Gbps and Mops/s per chapter, beside the series' p5 ladder
 
-The counters (docs/README.md, "Counters") are medians over the runs, per
+The counters (docs/counters.md) are medians over the runs, per
 WRITE where that is what teaches (post calls, doorbells, CQ reads, EAGAINs
 and allocations per WRITE, CPU ns per WRITE inside and outside provider
 calls), and as counts for the writer threads' migrations and involuntary
@@ -360,7 +360,10 @@ def run_all(args, chapter_list):
                 if extra >= args.extra_runs:
                     break
                 extra += 1
-            tag = f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]"
+            # A replacement run says so: "run 4/3" read as a count gone wrong.
+            tag = (f"[{i}/{len(chapter_list)} {chapter} run {j}/{args.runs}]" if j <= args.runs
+                   else f"[{i}/{len(chapter_list)} {chapter} extra run {extra}/"
+                        f"{args.extra_runs}, for a flagged one]")
             filt.prefix = tag
             if filt.tty and not args.verbose:
                 filt.out.write("\r\033[K" + f"{tag} starting")
@@ -423,7 +426,7 @@ def summarize(records, chapter_list):
         flagged = [r for r in mine if r.get("ok") and r.get("flags")]
         ok = [r for r in mine if r.get("ok") and not r.get("flags")]
         flag_names = sorted({f for r in flagged for f in r["flags"]})
-        row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.CHAPTERS
+        row = {"chapter": chapter, "idea": series.idea(chapter) if chapter in series.ORDER
                else "", "runs": len(mine), "runs_ok": len(ok), "runs_flagged": len(flagged),
                "flags": ", ".join(flag_names),
                "series_p5_gbps": series.series_gbps(chapter) if chapter in series.CHAPTERS
@@ -638,8 +641,8 @@ before. The last two columns are the numbers {series.SERIES_SOURCE} (8 GPUs,
 for reference, not measured here; chapters 16 on are ours, with no series
 number.
 
-Counters of the writer threads' whole run, warmup included (docs/README.md,
-"Counters"), medians over the runs: per WRITE for the calls, EAGAINs and
+Counters of the writer threads' whole run, warmup included (docs/counters.md),
+medians over the runs: per WRITE for the calls, EAGAINs and
 allocations and for the CPU time inside and outside provider calls; counts
 for migrations and involuntary context switches. An empty cell: no run
 reported that counter.

@@ -86,7 +86,7 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name) / "checkout"
         src = source_root()
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        for part in ("chapters", "common", "docs", "results", "tools"):
+        for part in ("chapters", "common", "docs", "results", "simnic", "tests", "tools"):
             shutil.copytree(src / part, self.root / part, ignore=ignore)
         shutil.copy2(src / ".gitignore", self.root / ".gitignore")
         git(self.root, "init", "-q")
@@ -166,10 +166,9 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         changed = self.status()
         self.assertIn(f"?? results/{NAME}/results.json", changed)
-        self.assertIn(" M docs/README.md", changed)
         self.assertIn(" M results/README.md", changed)
-        self.assertIn(f"[{NAME}](../results/{NAME}/results.md)",
-                      (self.root / "docs" / "README.md").read_text())
+        self.assertIn(f"[{NAME}]({NAME}/results.md)",
+                      (self.root / "results" / "README.md").read_text())
         checked = self.docs_check()
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 

@@ -22,15 +22,17 @@ hand:
                                      second of several definitions (overloads)
   <!-- series:begin ladder -->       the series' own ladder: Gbps, Mops/s and
   <!-- series:end -->                share of 3200 Gbps per chapter
-  <!-- results:begin 10_warmup -->   that chapter's few recorded results that
-  <!-- results:end -->               teach (PAGE_ROWS: the local default, many
-                                     cores in the p5's layout, one GPU row)
-                                     beside the series', a link to the rest,
-                                     and the simulated NIC's in a table of
-                                     their own
+  <!-- results:begin 10_warmup -->   the chapter page's one results table:
+  <!-- results:end -->               the series' row on its p5, the simulated
+                                     row of the recorded folder nearest a
+                                     learner's machine (the fewest CPUs), an
+                                     empty row with the command that fills
+                                     it, and links to every recording and its
+                                     counters
   <!-- counters:begin 14_batch -->    the chapter's counters beside the
   <!-- counters:end -->              previous chapter's, from every recording
-                                     that has them (simulated ones labelled)
+                                     that has them (simulated ones labelled;
+                                     results/counters.md)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
@@ -39,6 +41,18 @@ hand:
                                      tools/capture_output.py makes by running
                                      the chapter and //docs:output_check_test
                                      checks against the binaries
+
+  <!-- value:begin EXPR -->240<!-- value:end -->
+                                     one number inside a sentence, read from
+                                     the code or a recording (VALUES below):
+                                     `simnic.doorbell_ns` (simnic/model.h's
+                                     defaults), `run_chapter.SIMNIC_NICS_PER_GPU`
+                                     (a tool's constant), `code("chapters/14_batch/
+                                     server.cc", "kBatchSize")` (a C++ constant),
+                                     `count(FILE, REGEX)` (matching lines),
+                                     `series.gbps("12_pin")`, `rec(FOLDER,
+                                     CHAPTER, COLUMN)`; arithmetic allowed,
+                                     `EXPR | FORMAT` formats (`.1f`, `,.0f`)
 
   python3 tools/docs_diff.py --write   # update the pages
   python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
@@ -52,6 +66,10 @@ generated blocks that names such a recording's folder and a counter
 today's rule; re-record the folder (`tools/compare.py ... --record`) or
 drop the quote. The generated counter tables leave such recordings out and
 say so.
+
+--check also fails when a chapter page types a number with a unit (ns, us,
+Gbps, Mops/s, %) in its prose instead of generating it with a value marker:
+a typed cost or rate goes stale the day the code or the model changes.
 
 `bazel test //docs:docs_check_test` runs --check (part of `bazel test //...`).
 """
@@ -68,6 +86,9 @@ import series  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
+
+
+VALUE = re.compile(r"<!-- value:begin (.+?) -->(.*?)<!-- value:end -->")
 
 
 class BlockError(ValueError):
@@ -92,29 +113,6 @@ def is_simulated(folder, provider):
     """A recording of the simulated NIC (simnic): its numbers are simulated and
     never share a column with measured provider numbers."""
     return provider == "simnic" or "simnic" in folder.split("/")[0].split("-")
-
-
-# The rows a chapter page shows (issue 18): the few that teach, each with
-# what it shows; every recording is in results/README.md, which the page
-# links. A row is the first recording that matches, preferred folders first
-# (the preference says which of several similar recordings teaches best).
-PAGE_ROWS = [
-    {"shows": "the local default: `python3 tools/compare.py` as it comes",
-     "match": {"kind": "compare", "provider": "shm", "memory": "host", "gpus": "1",
-               "nics_per_gpu": "2", "page_size": "65536"},
-     "every_match": True},  # one row per machine that recorded it
-    {"shows": "many cores, the p5's layout in host memory",
-     "match": {"memory": "host", "gpus": "8", "nics_per_gpu": "4", "page_size": "65536"},
-     "prefer": ["h200x4-shm-cuda/host-8x4"]},
-    # The one GPU recording of today's code (every chapter). The two- and
-    # four-GPU folders were recorded before chapters 09-15 became the
-    # series' (results/README.md): their rows describe code that is gone.
-    {"shows": "GPU memory, server and client on one GPU",
-     "match": {"memory": "cuda", "gpus": "1", "page_size": "65536"},
-     "prefer": ["h200-shm-cuda"]},
-]
-# Hook for the simulated NIC: its recordings get a table of their own under
-# the measured one (render_simulated), never rows in it.
 
 
 class Repo:
@@ -379,61 +377,6 @@ def _link(prefix, folder):
     return f"[{folder}]({prefix}{folder}/results.md)"
 
 
-def _row_matches(rec, row, match):
-    for key, want in match.items():
-        have = rec.get(key) if key == "kind" else str(row.get(key, ""))
-        if have != want:
-            return False
-    return True
-
-
-def page_rows(repo, chapter):
-    """The (what it shows, recording) pairs of PAGE_ROWS for a chapter."""
-    measured = [rec for rec in repo.result_sets() if not rec["simulated"]]
-    chosen = []
-    for spec in PAGE_ROWS:
-        found = [rec for rec in measured if chapter in rec["rows"]
-                 and _row_matches(rec, rec["rows"][chapter], spec["match"])]
-        if not spec.get("every_match"):
-            order = spec.get("prefer", [])
-            found.sort(key=lambda rec: order.index(rec["folder"]) if rec["folder"] in order
-                       else len(order))
-            found = found[:1]
-        chosen += [(spec["shows"], rec) for rec in found if rec not in [c[1] for c in chosen]]
-    return chosen, len([rec for rec in measured if chapter in rec["rows"]])
-
-
-def _chapter_line(prefix, shows, rec, r):
-    g, m = _f(r, "gbps_median"), _f(r, "mops_median")
-    runs = r["runs_ok"] if r["runs_ok"] == r["runs"] else f"{r['runs_ok']} of {r['runs']}"
-    return (f"| {shows} | {_link(prefix, rec['folder'])} | "
-            f"{r['provider'] or '?'}, {r['memory']} | {_layout(r)} | "
-            f"{'failed' if g is None else f'{g:.3f}'} | "
-            f"{'' if m is None else f'{m:.4f}'} | {runs} | "
-            f"{_change(_f(r, 'vs_previous'))} |")
-
-
-def render_simulated(repo, chapter, prefix):
-    """The simulated NIC's recordings of a chapter, in a table of their own."""
-    sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]]
-    if not sims:
-        return ""
-    lines = ["", "Simulated, not measured on a NIC (`simnic`): numbers of a simulated NIC "
-             "that charges the calling thread for what a NIC and a CPU would cost (posts, "
-             "doorbells, CQ reads, the other socket, moves between cores, first contact; "
-             "[simnic](simnic.md)); compare them with each other, not with the rows above.", "",
-             "| simulated (simnic) | layout | Gbps (simulated) | Mops/s (simulated) | runs "
-             "| vs previous chapter |", "|---|---|---:|---:|---:|---:|"]
-    for rec in sims:
-        r = rec["rows"][chapter]
-        g, m = _f(r, "gbps_median"), _f(r, "mops_median")
-        lines.append(f"| {_link(prefix, rec['folder'])} | {r['memory']}, {_layout(r)} | "
-                     f"{'failed' if g is None else f'{g:.3f}'} | "
-                     f"{'' if m is None else f'{m:.4f}'} | {r['runs']} | "
-                     f"{_change(_f(r, 'vs_previous'))} |")
-    return "\n".join(lines) + "\n"
-
-
 COUNTER_COLUMNS = [  # compare.py's results.csv columns, as the pages name them
     ("post_calls_per_write", "post calls / WRITE", 3),
     ("doorbells_per_write", "doorbells / WRITE", 3),
@@ -473,8 +416,9 @@ def render_counters(repo, chapter, prefix):
             tables[rec["simulated"]].append(f"| {c} | {_link(prefix, rec['folder'])} | "
                                             + " | ".join(cells) + " |")
     readme = "../results/README.md" if prefix else "README.md"
-    out = ["Medians over the runs, per WRITE of the writer's whole run (docs/README.md, "
-           "\"Counters\"):", ""]
+    what = "../docs/counters.md" if not prefix else "counters.md"
+    out = [f"Medians over the runs, per WRITE of the writer's whole run ([what each counts]"
+           f"({what})):", ""]
     if tables[False]:
         out += header + tables[False]
     else:
@@ -489,30 +433,62 @@ def render_counters(repo, chapter, prefix):
     return "\n".join(out) + "\n"
 
 
+def folder_cpus(folder):
+    """How many CPUs a recording's runs could use, from its folder's name
+    (`-taskset4-` before `-16core-`); None when the name does not say."""
+    m = re.search(r"-taskset(\d+)-", folder) or re.search(r"(?:^|-)(\d+)core-", folder)
+    return int(m.group(1)) if m else None
+
+
+def nearest_simulated(repo, chapter):
+    """The simulated recording nearest a learner's machine: the fewest CPUs
+    (a laptop or a small VM has few), at the page size the tools choose for
+    simnic (run_chapter.SIMNIC_PAGE_SIZE), then by name."""
+    page = str(tool_constants(repo.root, "run_chapter").get("SIMNIC_PAGE_SIZE", ""))
+    sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]
+            and folder_cpus(rec["folder"]) is not None]
+    sims.sort(key=lambda rec: (folder_cpus(rec["folder"]),
+                               rec["rows"][chapter].get("page_size") != page, rec["folder"]))
+    return sims[0] if sims else None
+
+
 def render_results_chapter(repo, chapter, prefix):
-    lines = ["| what it shows | recorded on | provider, memory | GPUs x NICs, page "
-             "| Gbps (median) | Mops/s (median) | runs | vs previous chapter |",
-             "|---|---|---|---|---:|---:|---:|---:|"]
-    chosen, recorded = page_rows(repo, chapter)
-    for shows, rec in chosen:
-        lines.append(_chapter_line(prefix, shows, rec, rec["rows"][chapter]))
+    """A chapter page's one results table: the series' row on its p5, the
+    simulated row of the recorded machine nearest a learner's, and an empty
+    row with the command that fills it on the learner's machine."""
+    prev = repo.previous(chapter)
+    lines = ["| what | recorded in | provider, memory, GPUs x NICs, page | Gbps | "
+             "M WRITEs/s | vs previous chapter |", "|---|---|---|---:|---:|---:|"]
     if chapter in series.CHAPTERS:
-        mops = series.series_mops(chapter)
-        lines.append(f"| the target: the series' own number on its p5 | {series.SERIES_SHORT} "
-                     f"| efa, CUDA | 8 x 4, 64 KiB | {series.series_gbps(chapter):.3f} | "
-                     f"{'' if mops is None else f'{mops:.2f}'} | | "
+        lines.append(f"| the series on its p5 (measured) | {series.SERIES_SHORT} | efa, CUDA, "
+                     f"8 x 4, 64 KiB | {series.series_gbps(chapter):.3f} | "
+                     f"{series.series_mops(chapter):.3f} | "
                      f"{_change(_series_change(chapter))} |")
-    if len(lines) == 2:
-        simulated = render_simulated(repo, chapter, prefix)
-        return ("No measured results recorded yet.\n" + simulated if simulated
-                else "No results recorded yet.\n")
+    else:
+        lines.append("| the series on its p5 | not in the series (a chapter of ours) | | | | |")
+    rec = nearest_simulated(repo, chapter)
+    if rec is not None:
+        r = rec["rows"][chapter]
+        g, m = _f(r, "gbps_median"), _f(r, "mops_median")
+        lines.append(f"| **SIMULATED** (simnic), {folder_cpus(rec['folder'])} CPUs | "
+                     f"{_link(prefix, rec['folder'])} | simnic, {r['memory']}, {_layout(r)} | "
+                     f"{'failed' if g is None else f'{g:.3f}'} | "
+                     f"{'' if m is None else f'{m:.4f}'} | {_change(_f(r, 'vs_previous'))} |")
+    chapters = f"{prev} {chapter}" if prev else chapter
+    lines.append(f"| your machine (SIMULATED): `python3 tools/compare.py --provider simnic "
+                 f"--repeat 200 --chapters {chapters}` | `out/results/` | | | | |")
     readme = "../results/README.md" if prefix else "README.md"
-    more = recorded - len(chosen)
-    text = "\n".join(lines) + "\n"
-    if more > 0:
-        text += (f"\n{more} more recording(s) of this chapter (other machines, providers, "
-                 f"layouts and page sizes): [all recordings]({readme}#all-recordings).\n")
-    return text + render_simulated(repo, chapter, prefix)
+    counters = "../results/counters.md" if prefix else "counters.md"
+    return ("\n".join(lines) + "\n\nFill in the last row: the command prints where it wrote "
+            "`results.md`; this chapter's row there is yours. It is simulated like the row above "
+            "it: compare the two with each other, and the step between chapters with the "
+            "series' step, never a simulated Gbps with the series' Gbps. Where its runs are "
+            f"flagged (most on 2 cores; [chapter 09]({'' if prefix else '../docs/'}"
+            "09_multinet.md#exercises) says why) the row reads \"not counted\": then the "
+            "exact counts of the exercises below are what your machine shows. Every other "
+            "recording (machines, providers, layouts, page "
+            f"sizes): [all recordings]({readme}#all-recordings); their counters: "
+            f"[counters]({counters}#{chapter}).\n")
 
 
 def render_results_all(repo, prefix):
@@ -548,13 +524,164 @@ def render_results_all(repo, prefix):
     return "\n".join(lines) + "\n"
 
 
+# --- numbers inside sentences ----------------------------------------------
+
+class _Fields:
+    """Attribute access to a dict of numbers (simnic.doorbell_ns)."""
+
+    def __init__(self, what, values):
+        self._what, self._values = what, values
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._values:
+            raise BlockError(f"{self._what} has no {name}")
+        return self._values[name]
+
+
+def _number(text, names=None):
+    """A C++ or Python number expression (`1 << 20`, `100e9 / 256`, `2`)."""
+    text = re.sub(r"(?<=\d)[uUlLfF]+\b", "", text.strip())
+    return eval(text, {"__builtins__": {}}, dict(names or {}))  # noqa: S307: our own sources
+
+
+def simnic_model(root):
+    """simnic/model.h's struct Model: every numeric default, and the
+    one-line accessors (remote_doorbell_ns) computed from them."""
+    text = (pathlib.Path(root) / "simnic" / "model.h").read_text()
+    values = {}
+    for m in re.finditer(r"^\s*(?:uint32_t|int|double|size_t|uint64_t)\s+(\w+)\s*=\s*([^;]+);",
+                         text, re.M):
+        values[m.group(1)] = _number(m.group(2))
+    for m in re.finditer(r"^\s*\w+\s+(\w+)\(\)\s+const\s*\{\s*return\s+([^;]+);\s*\}", text,
+                         re.M):
+        try:
+            values[m.group(1)] = _number(m.group(2), values)
+        except Exception:  # noqa: BLE001: an accessor that is not arithmetic
+            continue
+    return values
+
+
+def tool_constants(root, tool):
+    """Module-level NAME = number constants of tools/<tool>.py."""
+    text = (pathlib.Path(root) / "tools" / f"{tool}.py").read_text()
+    values = {}
+    for m in re.finditer(r"^([A-Z][A-Z0-9_]*) = ([^#\n]+)", text, re.M):
+        try:
+            values[m.group(1)] = _number(m.group(2), values)
+        except Exception:  # noqa: BLE001: not a number (a path, a list)
+            continue
+    return values
+
+
+def code_constant(root, rel, name):
+    """`name = VALUE;` (constexpr, const or an enum's) in a C++ file, or in
+    the files a glob names (`common/*.h`: a constant that moves between
+    files of a folder stays found; all its definitions must agree)."""
+    root = pathlib.Path(root)
+    values = set()
+    for path in sorted(root.glob(rel)):
+        for m in re.finditer(r"\b" + re.escape(name) + r"\s*=\s*([^;,}]+)[;,}]",
+                             path.read_text()):
+            values.add(_number(m.group(1)))
+    if len(values) != 1:
+        raise BlockError(f"{rel} defines {name} " + ("nowhere" if not values else
+                                                      f"with values {sorted(values)}"))
+    return values.pop()
+
+
+def code_count(root, rel, pattern):
+    """How many lines of a file (or of the files a glob names) match a
+    regular expression, comment lines left out: `++posted_write_ops_`
+    statements, say."""
+    paths = sorted(pathlib.Path(root).glob(rel))
+    if not paths:
+        raise BlockError(f"no file {rel}")
+    return sum(1 for path in paths for line in path.read_text().splitlines()
+               if not re.match(r"\s*//", line) and re.search(pattern, line))
+
+
+def value_names(repo):
+    """What a value marker may name (each read once per Repo)."""
+    if not hasattr(repo, "_value_names"):
+        def rec(folder, chapter, column):
+            for r in repo.result_sets():
+                if r["folder"] == folder:
+                    v = _f(r["rows"].get(chapter), column)
+                    if v is None:
+                        raise BlockError(f"results/{folder} has no {column} for {chapter}")
+                    return v
+            raise BlockError(f"no recorded folder results/{folder}")
+
+        repo._value_names = {
+            "simnic": _Fields("simnic/model.h's Model", simnic_model(repo.root)),
+            "run_chapter": _Fields("tools/run_chapter.py", tool_constants(repo.root,
+                                                                          "run_chapter")),
+            "compare": _Fields("tools/compare.py", tool_constants(repo.root, "compare")),
+            "code": lambda rel, name: code_constant(repo.root, rel, name),
+            "count": lambda rel, pattern: code_count(repo.root, rel, pattern),
+            "series": _Fields("tools/series.py", {
+                "gbps": series.series_gbps, "mops": series.series_mops,
+                "share": lambda c: 100 * series.series_share(c),
+                "link_gbps": series.SERIES_LINK_GBPS, "quote": series.QUOTES.get}),
+            "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
+            "str": str, "range": range,
+        }
+    return repo._value_names
+
+
+def render_value(repo, expr):
+    """The text of one value marker: EXPR, or EXPR | FORMAT."""
+    body, sep, fmt = expr.rpartition(" | ") if " | " in expr else (expr, "", "")
+    try:
+        # The names as globals, so that a generator inside EXPR sees them too.
+        value = eval(body, {"__builtins__": {}, **value_names(repo)})  # noqa: S307
+    except BlockError as e:
+        raise BlockError(f"value:begin {expr}: {e}")
+    except Exception as e:  # noqa: BLE001: a typo in the page
+        raise BlockError(f"value:begin {expr}: {type(e).__name__}: {e}")
+    if fmt:
+        return format(value, fmt)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) and abs(value) >= 10000 else f"{value:g}" \
+        if isinstance(value, float) else str(value)
+
+
+# A number with a unit, typed into a chapter page's prose.
+TYPED = re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*-\s*\d[\d,.]*)?\s*"
+                   r"(?:ns|us|µs|Gbps|Mops/s|M WRITEs/s|%)(?![\w/])")
+
+
+def typed_numbers(repo, page, text):
+    """Numbers with a unit typed into a chapter page, outside the generated
+    blocks, value markers, code and the series' title: each goes stale when
+    the code, the model or a recording changes."""
+    if not re.match(r"\d\d_", page.name) or not (repo.root / "chapters" / page.stem).is_dir():
+        return []  # a chapter's page only
+    prose = BLOCK.sub("", text)
+    prose = VALUE.sub("", prose)
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    prose = prose.replace("3200Gbps", "")
+    problems = []
+    for number, line in enumerate(prose.splitlines(), 1):
+        for m in TYPED.finditer(line):
+            problems.append(f"{page}: types '{m.group(0)}' (in '{line.strip()[:60]}'): generate "
+                            "it with <!-- value:begin EXPR --> ... <!-- value:end --> "
+                            "(tools/docs_diff.py says what EXPR may name)")
+    return problems
+
+
 # --- pages -----------------------------------------------------------------
 
 def pages(repo):
     found = sorted((repo.root / "docs").glob("*.md"))
-    readme = repo.root / "results" / "README.md"
-    if readme.exists():
-        found.append(readme)
+    for name in ("README.md", "counters.md"):
+        page = repo.root / "results" / name
+        if page.exists():
+            found.append(page)
     return found
 
 
@@ -580,7 +707,9 @@ def regenerate(repo, page):
             body = render_results_chapter(repo, arg, prefix)
         return m.group(1) + body + m.group(5)
 
-    return BLOCK.sub(block, text)
+    text = BLOCK.sub(block, text)
+    return VALUE.sub(lambda m: f"<!-- value:begin {m.group(1)} -->{render_value(repo, m.group(1))}"
+                     "<!-- value:end -->", text)
 
 
 COUNTER_WORDS = re.compile(r"`?\b(post_calls|doorbells?|eagain|cq_reads|cq_empty_reads|cq_entries|"
@@ -657,6 +786,7 @@ def main():
             broken.append(f"{rel}: {e}")
             continue
         broken += stale_counter_quotes(repo, rel, new)
+        broken += typed_numbers(repo, rel, new)
         if new == old:
             continue
         if args.write:

@@ -402,7 +402,7 @@ def cpu_per_write(rows, folder):
              "tools/make_figures.py.", 11, color=COLORS["muted"])
     svg.text(x0, 62, "Each row is a chapter; the row above it is the chapter before its idea. "
              "CPU time per WRITE is one writer thread's, split between provider calls and "
-             "our own code (docs/README.md, \"Counters\").", 11, color=COLORS["muted"])
+             "our own code (docs/counters.md).", 11, color=COLORS["muted"])
     svg.text(bar_x, top - 16, "CPU ns per WRITE: in provider calls + in our code", 11,
              weight="bold")
     svg.text(cols[0] - 40, top - 32, "per WRITE", 11, weight="bold")

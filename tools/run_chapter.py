@@ -18,7 +18,7 @@ fell behind the line rate is flagged ("flags" in the JSON line) and does not
 count in tools/compare.py's medians.
 
 It prints the server's JSON result line, or with --counters the writer
-threads' counters per WRITE instead (docs/README.md, "Counters", says what
+threads' counters per WRITE instead (docs/counters.md says what
 each one counts; --json adds the line back).
 
 The processes' ids are printed as they start ("run_chapter: server pid N",
@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,9 +68,9 @@ def add_run_flags(parser):
     parser.add_argument("--page-size", type=int, default=None,
                         help="bytes per WRITE (default: 65536; simnic: 256, the p5's 64 KiB "
                         "scaled by SIMNIC_SCALE)")
-    parser.add_argument("--pages", type=int, default=1000,
+    parser.add_argument("--pages", type=int, default=DEFAULT_PAGES,
                         help="pages per client buffer (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=50,
+    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
                         help="times the server writes every page (default: %(default)s)")
     parser.add_argument("--buffer-size", type=int, default=None,
                         help="bytes per buffer (default: just enough for the pages)")
@@ -91,6 +92,8 @@ def add_run_flags(parser):
 
 # --- simnic's machine-sized defaults ----------------------------------------
 
+DEFAULT_PAGES = 1000           # the series' request: pages per client buffer
+DEFAULT_REPEAT = 50            # times the server writes every page
 SIMNIC_PAGE_SIZE = 256          # 64 KiB / SIMNIC_SCALE (256): the p5's WRITE rate
 SIMNIC_NICS_PER_GPU = 4         # the p5's 4 NICs per GPU
 SIMNIC_MAX_GPUS = 8
@@ -317,9 +320,25 @@ def note_pid(args, role, process, echo):
         (pathlib.Path(pid_dir) / f"{role}.pid").write_text(f"{process.pid}\n")
 
 
+# Lines that only frame a server's output: never the reason it failed.
+FRAMING = re.compile(r"^(-+|Waiting for a client \(Ctrl-C to stop\)\.)$")
+# A line that says why: an error, an abandoned or failed transfer, a stop.
+REASON = re.compile(r"error|fail|abandon|cannot|refus|stopp|timed? ?out|stall|killed|"
+                    r"no (?:such|answer|client)", re.I)
+
+
 def last_lines(lines, count):
-    kept = [line.rstrip() for line in lines if line.strip()]
+    kept = [line.rstrip() for line in lines if line.strip() and not FRAMING.match(line.strip())]
     return "\n".join(kept[-count:])
+
+
+def reason(lines):
+    """The last line that says why a process failed (an error, an abandoned
+    transfer), else its last line that is not framing ("Waiting for a
+    client")."""
+    kept = [line.rstrip() for line in lines if line.strip() and not FRAMING.match(line.strip())]
+    said = [line for line in kept if REASON.search(line)]
+    return (said or kept or [""])[-1]
 
 
 def run_once(args, chapter, echo=True):
@@ -430,10 +449,11 @@ def run_once(args, chapter, echo=True):
             if echo and server.returncode == 0 and client.returncode == 0:
                 for line in client_out.splitlines()[-2:]:
                     print(f"  client| {line}", flush=True)
-            # One short message: the server's lines were echoed as they came
-            # (its last one is the reason), the client's last two just now.
-            server_said = last_lines(server_lines, 1 if echo else 5)
-            client_said = last_lines(client_lines, 1)
+            # One short message: the server's lines were echoed as they came;
+            # the message quotes the line that says why, not the "Waiting for
+            # a client" a server prints after a failed transfer.
+            server_said = reason(server_lines) if echo else last_lines(server_lines, 5)
+            client_said = reason(client_lines)
             if server.returncode != 0:
                 raise RuntimeError(f"{chapter} server failed (exit {server.returncode}): "
                                    f"{server_said or 'no output'}")

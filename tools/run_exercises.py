@@ -30,6 +30,11 @@ build: it drops `bazel build` lines, gives run_chapter.py --bin-dir, and
 skips (saying why) the checks that edit the code, which need a rebuild, or
 that run `bazel run`/`bazel test`, which cannot run inside a Bazel test.
 
+A simnic run that its tools flag ("run flagged (preempted...)": its rate
+is the machine's, not the model's) still prints its counts, and the
+verdicts read counts: a check whose every run was flagged gives its
+verdict all the same, and the table says how many runs were flagged.
+
 Exits 1 when a check gives no verdict, when repeated runs of one exercise
 disagree, or when a check cannot start; 0 otherwise.
 """
@@ -114,6 +119,12 @@ def verdict_of(patterns, output):
     return found
 
 
+def flagged_runs(output):
+    """How many chapter runs of a check's output were flagged (simnic:
+    preempted, engine behind); their counts stand, their rates do not."""
+    return len(re.findall(r"^\s*run flagged \(", output, re.M))
+
+
 def run_check(root, exercise, check, timeout):
     files = edited_files(check)
     script = "\n".join(check) + "\n"
@@ -152,6 +163,8 @@ def main():
                         help="binaries: DIR/<chapter>/server and client; no Bazel")
     parser.add_argument("--record", type=pathlib.Path, default=None, metavar="DIR",
                         help="write DIR/verdicts.md and DIR/runs.jsonl")
+    parser.add_argument("--note", default=None,
+                        help="one line for the recording's header: what else ran (stress-ng ...)")
     parser.add_argument("--list", action="store_true", help="list the exercises and exit")
     args = parser.parse_args()
     root = args.root.resolve()
@@ -190,27 +203,35 @@ def main():
             print(f"run_exercises: {e['id']}: {', '.join(mine)} has changes of yours; "
                   "commit or stash them first", file=sys.stderr)
             return 2
-        verdicts = []
+        verdicts, flagged = [], 0
         for i in range(1, args.repeat + 1):
             output, rc, seconds = run_check(root, e, check, args.timeout)
             verdict = verdict_of(e["verdict"], output)
             verdicts.append(verdict)
+            flags = flagged_runs(output)
+            flagged += bool(flags)
             runs.append({"exercise": e["id"], "run": i, "rc": rc, "seconds": round(seconds, 1),
-                         "verdict": verdict,
+                         "verdict": verdict, "flagged_chapter_runs": flags,
                          "output_tail": output.strip().splitlines()[-40:]})
             print(f"{e['id']} run {i}/{args.repeat}: {'; '.join(verdict) or 'NO VERDICT'} "
-                  f"({seconds:.0f} s)", flush=True)
+                  f"({seconds:.0f} s{f', {flags} flagged chapter run(s)' if flags else ''})",
+                  flush=True)
             if not verdict:
                 print("\n".join(f"    | {ln}" for ln in output.strip().splitlines()[-8:]))
         same = sum(v == verdicts[0] for v in verdicts)
         ok = bool(verdicts[0]) and same == len(verdicts)
         failed |= not ok
-        table.append((e, f"{same}/{len(verdicts)} same" if verdicts[0] else "NO VERDICT",
-                      "; ".join(verdicts[0]) or "-"))
+        state = f"{same}/{len(verdicts)} same" if verdicts[0] else "NO VERDICT"
+        if flagged:
+            state += f" ({flagged} with flagged runs)"
+        table.append((e, state, "; ".join(verdicts[0]) or "-"))
 
     print()
     for e, state, verdict in table:
         print(f"{e['id']:5} {state:12} {verdict}")
+    if any("flagged" in state for _, state, _ in table):
+        print("(a flagged run's rate is the machine's, not the model's; its counts, which the "
+              "verdicts read, stand)")
     if args.record:
         record(args, root, table, runs, time.monotonic() - started)
     return 1 if failed else 0
@@ -239,6 +260,7 @@ def record(args, root, table, runs, seconds):
         f"- load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         "- command: `python3 tools/run_exercises.py "
         + " ".join(sys.argv[1:]) + "`",
+    ] + ([f"- beside it: {args.note}"] if args.note else []) + [
         "",
         "| exercise | page | runs that agree | verdict |",
         "|---|---|---|---|",

@@ -35,6 +35,16 @@ OURS = {
 
 ORDER = list(CHAPTERS) + list(OURS)
 
+# Other numbers the series' posts report, quoted by the pages (Gbps).
+QUOTES = {
+    # chapter 9's progress line: where it started and where it jumped to
+    # before it crept up to its final speed (the slow start chapter 10 removes)
+    "09_start_gbps": 100,
+    "09_jump_gbps": 260,
+    # chapter 10's progress line from its first report on
+    "10_start_gbps": 290,
+}
+
 
 def idea(chapter):
     return CHAPTERS[chapter][0] if chapter in CHAPTERS else OURS[chapter]

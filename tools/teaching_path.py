@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measures what a learner reads, and fails when it grows past the limits.
 
-What is counted (docs/README.md, "How much there is to read"):
+What is counted (docs/maintaining.md, "How much there is to read"):
 
 * network.cc: every line of common/network.cc.
 * Network's public interface: the members declared in the public part of

@@ -1,5 +1,5 @@
 """The teaching path stays short (tools/teaching_path.py says what counts),
-and docs/README.md states today's numbers.
+and docs/maintaining.md states today's numbers.
 
 Reads the source tree (found through the runfiles link of
 teaching_path.py), so it is tagged "external": never cached.
@@ -36,7 +36,7 @@ class TeachingPathTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
     def test_readme_states_todays_numbers(self):
-        text = (source_root() / "docs" / "README.md").read_text()
+        text = (source_root() / "docs" / "maintaining.md").read_text()
         section = text.split("## How much there is to read")[1].split("\n## ")[0]
         parts = self.m["hot_path_parts"]
         common = sum(n for path, n in parts.items() if path.startswith("common/"))
