@@ -550,10 +550,15 @@ def simnic_model(root):
     """simnic/model.h's struct Model: every numeric default, and the
     one-line accessors (remote_doorbell_ns) computed from them."""
     text = (pathlib.Path(root) / "simnic" / "model.h").read_text()
+    # The frozen costs the defaults name (simnic/costs.h, one a line).
+    costs = {}
+    costs_text = (pathlib.Path(root) / "simnic" / "costs.h").read_text()
+    for m in re.finditer(r"^inline constexpr \w+ (k\w+) = ([0-9.]+);", costs_text, re.M):
+        costs[m.group(1)] = _number(m.group(2))
     values = {}
     for m in re.finditer(r"^\s*(?:uint32_t|int|double|size_t|uint64_t)\s+(\w+)\s*=\s*([^;]+);",
                          text, re.M):
-        values[m.group(1)] = _number(m.group(2))
+        values[m.group(1)] = _number(m.group(2).replace("costs::", ""), costs)
     for m in re.finditer(r"^\s*\w+\s+(\w+)\(\)\s+const\s*\{\s*return\s+([^;]+);\s*\}", text,
                          re.M):
         try:
