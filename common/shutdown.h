@@ -11,7 +11,7 @@
 // than the receive posted for it in an endless loop, holding its own lock.
 // The ProviderWatchdog notices a provider call that has not returned for a
 // while (time in which the calling thread got no core does not count:
-// common/thread_stats.h) and, with one line on stderr, either ends the
+// harness/thread_stats.h) and, with one line on stderr, either ends the
 // process (exit code 1, shm files removed) or, for a server, restarts it
 // in place. What clients
 // then find depends on the provider: the server's front door (the address
@@ -19,7 +19,7 @@
 // which execve keeps, so it comes back by itself; on tcp it takes back its
 // old port (fi_setname); efa has no fi_setname and its addresses include
 // the QP number, so the front door gets a new address, which the server
-// prints and writes to --address-file (common/recovery.h). A lost client,
+// prints and writes to --address-file (harness/recovery.h). A lost client,
 // the common case, changes no address on any provider: only the data
 // endpoints are rebuilt.
 #pragma once
@@ -50,7 +50,7 @@ struct StuckPolicy {
   std::string address_hex;
   // Runs (on the watchdog's thread) right before the process exits: e.g. a
   // client removes the files of a server that died holding the lock it is
-  // stuck on (common/recovery.h).
+  // stuck on (harness/recovery.h).
   std::function<void()> before_exit;
   static constexpr int kMaxRestarts = 5;
 };

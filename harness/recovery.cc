@@ -1,4 +1,4 @@
-#include "common/recovery.h"
+#include "harness/recovery.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -21,7 +21,7 @@
 #include "common/messages.h"
 #include "common/progress.h"
 #include "common/shutdown.h"
-#include "common/thread_stats.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -85,8 +85,9 @@ bool DrainTransmits(Node& node, double seconds) {
 
 TransferWatch::TransferWatch(Node& node, double stall_seconds, std::vector<uint8_t> client)
     : node_(node), stall_seconds_(stall_seconds), client_(std::move(client)) {
-  ForEachNet(
-      [this](size_t, size_t, Network& net) { start_counts_.push_back(net.meter().counters()); });
+  ForEachNet([this](size_t, size_t, Network& net) {
+    start_counts_.push_back(NicHarness::Of(net).meter().counters());
+  });
   ForEachNet([this](size_t, size_t, Network& net) {
     Recovery::OnOrphanError(net, [this](Network& failed, const std::string& error) {
       Abandon(failed.name() + " reported a failed write without naming it (" + error +
@@ -125,7 +126,7 @@ std::string TransferWatch::CountsSinceStart() {
   std::string text;
   size_t i = 0;
   ForEachNet([&](size_t g, size_t n, Network& net) {
-    NetworkCounters c = net.meter().counters() - start_counts_[i++];
+    NetworkCounters c = NicHarness::Of(net).meter().counters() - start_counts_[i++];
     if (c.writes == c.cq_entries) return;  // only the NICs that owe completions
     text += (text.empty() ? "" : ", ") + NicName(g, n) + " took " + std::to_string(c.writes) +
             " WRITEs and completed " + std::to_string(c.cq_entries) + " (" +
@@ -153,7 +154,7 @@ void TransferWatch::Watch() {
   uint64_t last = Completions();
   // Time without a completion counts only while the threads that poll the
   // NICs get a core: one that does not cannot see the completions
-  // (common/thread_stats.h). One clock per NIC's polling thread; the stall
+  // (harness/thread_stats.h). One clock per NIC's polling thread; the stall
   // is the shortest of them.
   std::vector<ProgressClock> stalled;
   ForEachNet([&stalled](size_t, size_t, Network&) { stalled.emplace_back(); });
@@ -189,7 +190,7 @@ void TransferWatch::Watch() {
     size_t i = 0;
     double stall = stall_seconds_ + 1;
     ForEachNet([&](size_t, size_t, Network& net) {
-      stalled[i].Tick(tick, SampleThread(net.meter().caller()));
+      stalled[i].Tick(tick, SampleThread(NicHarness::Of(net).meter().caller()));
       stall = std::min(stall, stalled[i++].seconds());
     });
     if (stall > stall_seconds_) {
@@ -425,7 +426,7 @@ void OnCrash(int sig, siginfo_t*, void* context) {
   char line[768];
   std::snprintf(line, sizeof(line),
                 "%s: error: %s inside libfabric %u.%u (%s+0x%lx); known shm bugs "
-                "(common/recovery.h): A smr_progress_iov on a stale peer id after "
+                "(harness/recovery.h): A smr_progress_iov on a stale peer id after "
                 "fi_av_remove, B smr_progress_connreq on a peer whose /dev/shm file is gone; %s\n",
                 crash_program, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", FI_MAJOR(fi_version()),
                 FI_MINOR(fi_version()), info.dli_fname,

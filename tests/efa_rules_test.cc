@@ -11,7 +11,7 @@
 #include "common/device_rdma.h"
 #include "common/errors.h"
 #include "common/network.h"
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 
 namespace tutorial {
 namespace {

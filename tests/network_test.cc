@@ -12,7 +12,6 @@
 
 #include "common/buffer.h"
 #include "common/errors.h"
-#include "common/network_group.h"
 
 namespace tutorial {
 namespace {

@@ -25,7 +25,7 @@
 #include "common/errors.h"
 #include "common/messages.h"
 #include "common/network.h"
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 #include "tests/process.h"
 
 namespace tutorial::testing {
@@ -112,7 +112,7 @@ class LiveServer {
   }
 
   // Read each time: after an abandoned transfer an shm or efa server comes
-  // back with a new NIC 0 address and rewrites the file (common/recovery.h).
+  // back with a new NIC 0 address and rewrites the file (harness/recovery.h).
   std::string address_hex() const {
     std::string hex = ReadFile(dir_.File("address"));
     hex.erase(hex.find_last_not_of('\n') + 1);
@@ -663,7 +663,7 @@ TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
 // the same names in new files. The client it was serving sees the new file
 // (PeerEndpointIdentity), asks again from endpoints of its own opened
 // afresh, and is served: shm would keep mapping the old files for names it
-// knows (common/recovery.h).
+// knows (harness/recovery.h).
 TEST(ReliabilityShmTest, ClientInServiceIsServedAfterARestartInPlace) {
   // The transfer must outlast the watchdog's 10 s: the writers go on while
   // the front door is stuck.

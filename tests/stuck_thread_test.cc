@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/shutdown.h"
-#include "common/thread_stats.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {

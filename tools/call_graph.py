@@ -392,7 +392,8 @@ class Walk:
                 self.callbacks.add(fn)
         if node["kind"] == "CXXMemberCallExpr" and callee is not None:
             decl = self.index.decls.get(callee)
-            if decl is not None and (decl.node.get("virtual") or decl.node.get("pure")):
+            # Chapter 17's handler: a virtual OnCompletion.
+            if decl is not None and decl.name == "OnCompletion":
                 self.callbacks.add(fn)
         # A lambda handed to a function is called from there.
         target = callee if callee is not None else fn
@@ -592,7 +593,8 @@ def _root_keys(index, chapter_file, roots):
 def _walk(index, chapter_file, roots):
     types = {}
     for key, decl in index.decls.items():
-        if decl.kind in TYPE_KINDS and (decl.kind != "CXXRecordDecl" or decl.body is not None):
+        if decl.kind in TYPE_KINDS and (decl.kind != "CXXRecordDecl" or
+                                        decl.node.get("completeDefinition")):
             types.setdefault(decl.qual, set()).add(key)
             types.setdefault(decl.qual.replace("(anonymous namespace)::", ""), set()).add(key)
     # An out-of-line definition is named after its declaration.
