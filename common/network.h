@@ -186,7 +186,8 @@ class alignas(64) Network {
   MemoryRegion Register(const Buffer& buffer);
 
   // Peers go into the address vector before any operation names them.
-  // Throws RuntimeError in one line when the address is refused.
+  // Throws RuntimeError in one line when the address is refused (the hooks
+  // check it first: a malformed one can crash a provider).
   fi_addr_t AddPeer(const std::vector<uint8_t>& address);
   virtual void RemovePeer(fi_addr_t peer);
 

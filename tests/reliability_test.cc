@@ -229,6 +229,7 @@ class RawSender {
   RawSender(const std::string& provider, const std::vector<uint8_t>& server_address)
       : infos_(FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""})),
         net_(*infos_[0]),
+        harness_(net_),
         send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, 2 * kMaxMessageSize)),
         send_region_(net_.Register(send_buffer_)),
         target_(Buffer::Allocate(MemoryKind::kHost, -1, kBufferSize)),
@@ -302,6 +303,7 @@ class RawSender {
 
   std::vector<FiInfoPtr> infos_;
   Network net_;
+  NicHarness harness_;
   Buffer send_buffer_;
   MemoryRegion send_region_;
   Buffer target_;
@@ -850,6 +852,7 @@ TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
   const std::string provider = GetParam();
   auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
   Network net(*infos[0]);
+  NicHarness harness(net);
   Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
   MemoryRegion region = net.Register(buffer);
   std::vector<uint8_t> old_address = net.address();
