@@ -414,8 +414,7 @@ ssize_t Network::Post(RdmaOp* op, uint64_t flags) {
 }
 
 size_t Network::PollCompletion() {
-  // Posts that failed for good, reported as error completions.
-  size_t handled = failed_ops.size();
+  size_t handled = failed_ops.size();  // posts that failed for good
   std::deque<RdmaOp*> failed;
   failed.swap(failed_ops);  // a callback that fails again waits for the next poll
   for (RdmaOp* op : failed) Finish(op);

@@ -11,6 +11,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
 
 #include <cstdint>
 #include <deque>
@@ -21,12 +22,39 @@
 
 #include "common/buffer.h"
 #include "common/device_rdma.h"
-#include "common/fabric_handles.h"
+#include "common/errors.h"
 
 namespace tutorial {
 
 class Network;
 struct RdmaOp;
+
+// Closes any libfabric object through its embedded `struct fid`.
+template <typename T>
+struct FidCloser {
+  void operator()(T* object) const {
+    if (object != nullptr) fi_close(&object->fid);
+  }
+};
+
+template <typename T>
+using FidPtr = std::unique_ptr<T, FidCloser<T>>;
+
+// Owns a list returned by fi_getinfo (or one fi_dupinfo'ed entry).
+struct FiInfoFree {
+  void operator()(fi_info* info) const { fi_freeinfo(info); }
+};
+using FiInfoPtr = std::unique_ptr<fi_info, FiInfoFree>;
+
+// Throws RuntimeError when `ret` is an error code, in fabtests' form:
+// "fi_cq_read(): common/network.cc:412, ret=-5 (Input/output error)".
+inline void CheckFabric(long ret, const char* call, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+  if (ret < 0) {
+    throw RuntimeError(std::string(call) + "(): " + file + ":" + std::to_string(line) + ", ret=" +
+                       std::to_string(ret) + " (" + fi_strerror(static_cast<int>(-ret)) + ")");
+  }
+}
 
 // A chapter's change to the hints the NICs are found with (chapter 16's
 // threading level, for one); empty: the series' hints.
@@ -253,8 +281,7 @@ class alignas(64) Network {
 
  private:
   void HandleErrorCompletion();
-  // Calls back (unless the hooks say nobody waits) and gives `op` back.
-  void Finish(RdmaOp* op);
+  void Finish(RdmaOp* op);  // calls back and gives `op` back
 
   FiInfoPtr info_;
   std::string name_;
