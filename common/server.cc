@@ -22,6 +22,7 @@
 #include "common/result_json.h"
 #include "common/shutdown.h"
 #include "harness/cpu_ticks.h"
+#include "harness/exercise_hooks.h"
 #include "harness/recovery.h"
 #include "harness/recovery_nic.h"
 #include "harness/thread_stats.h"
@@ -110,7 +111,9 @@ class JobAccounting final : public WriteJobHooks {
       : node_(node),
         caller_(std::this_thread::get_id()),
         caller_start_(SampleThisThread()),
-        before_(StartCounting(node)) {}
+        before_(StartCounting(node)) {
+    ResetStagedFailure();
+  }
 
   void WriterThreadStarted(size_t gpu) override {
     if (std::this_thread::get_id() == caller_) return;
@@ -134,10 +137,6 @@ class JobAccounting final : public WriteJobHooks {
     std::lock_guard<std::mutex> lock(mutex_);
     return usage_;
   }
-  size_t threads_ended() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return threads_ended_;
-  }
 
  private:
   struct ThreadSampler {
@@ -147,6 +146,7 @@ class JobAccounting final : public WriteJobHooks {
       std::lock_guard<std::mutex> lock(job.mutex_);
       job.Add(used);
       ++job.threads_ended_;
+      NoteWriterThreadEnded();
     }
     JobAccounting& job;
     ThreadUsage start;
@@ -170,27 +170,7 @@ class JobAccounting final : public WriteJobHooks {
   size_t threads_ended_ = 0;
 };
 
-// The job of the transfer under way, for StagedFailureAfterWarmup.
-std::atomic<JobAccounting*> current_accounting{nullptr};
-
 }  // namespace
-
-bool WriteJob::StagedFailureAfterWarmup(size_t gpu_idx) {
-  auto deadline = Clock::now() + std::chrono::seconds(30);
-  if (gpu_idx == 1) {
-    while (!staged_gpu0_posted_.load() && Clock::now() < deadline) std::this_thread::yield();
-    return true;
-  }
-  if (gpu_idx == 0) {
-    staged_gpu0_posted_.store(true);
-    while (Clock::now() < deadline) {
-      JobAccounting* accounting = current_accounting.load();
-      if (accounting == nullptr || accounting->threads_ended() > 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  return false;
-}
 
 namespace {
 
@@ -748,7 +728,6 @@ class RandomFillServer {
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
       JobAccounting accounting(node_);
-      current_accounting = &accounting;
       WriteJob job(node_, connect, request, options_.repeat, peers, progress, watch.flag(),
                    &accounting);
       try {
@@ -764,7 +743,6 @@ class RandomFillServer {
         outcome.ok = false;
         outcome.error = e.what();
       }
-      current_accounting = nullptr;
       std::string error;
       if (outcome.ok && !SendDoneNotices(job, request, watch, &error)) {
         outcome.ok = false;

@@ -80,12 +80,6 @@ class WriteJob {
   // writer goes: completions still in flight may call back into it.
   void WriterDone();
 
-  // For exercise 11.1 only (docs/11_multithread.md), which an edit calls
-  // right after a writer has posted its warmup: it makes the race between
-  // the last poster's store and another thread's Fail() happen the same way
-  // every time (common/server.cc says how).
-  bool StagedFailureAfterWarmup(size_t gpu_idx);
-
  private:
   Node& node_;
   std::vector<NetworkGroup>& groups_;
@@ -98,7 +92,6 @@ class WriteJob {
   const uint32_t* page_indices_;  // the client's slot of each page
   // Each (GPU, NIC, buffer)'s first page and the client's region for it.
   std::vector<RdmaWrite> targets_;
-  std::atomic<bool> staged_gpu0_posted_{false};
 };
 
 // What a writer reports back. `stats` covers the timed part (after warmup).
