@@ -56,7 +56,7 @@ inline void CheckFabric(long ret, const char* call, const char* file = __builtin
   }
 }
 
-// A chapter's change to the hints the NICs are found with (chapter 16's
+// A chapter's change to the hints the NICs are found with (the
 // threading level, for one); empty: the series' hints.
 using EditHints = std::function<void(fi_info& hints)>;
 
