@@ -672,7 +672,7 @@ def _walk(index, chapter_file, roots):
     return walk
 
 
-def report(m, listing=False):
+def report(m, listing=False, line_ranges=True):
     out = [f"chapter {m['chapter']}: from {' and '.join(m['roots'])}"]
     post = m["post_path"]
     out.append(f"  hops, loop -> {POST_CALL}: {m['hops_to_post']}"
@@ -684,7 +684,8 @@ def report(m, listing=False):
     out.append(f"  non-blank lines read: {m['lines']} in {m['files']} files")
     for path, part in sorted(m["parts"].items(), key=lambda kv: (not kv[0].startswith("chap"),
                                                                kv[0])):
-        out.append(f"    {part['lines']:4d}  {path}  {', '.join(part['ranges'])}")
+        where = f"  {', '.join(part['ranges'])}" if line_ranges else ""
+        out.append(f"    {part['lines']:4d}  {path}{where}")
     if listing:
         out.append("  definitions reached:")
         out += [f"    {d}" for d in m["definitions"]]
@@ -696,12 +697,14 @@ def main():
     parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     parser.add_argument("--chapter", default="14_batch")
     parser.add_argument("--list", action="store_true", help="list every definition reached")
+    parser.add_argument("--no-ranges", action="store_true",
+                        help="leave out the line ranges (docs/README.md shows this form)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 past the limits {LIMITS}")
     args = parser.parse_args()
     m = measure(os.path.abspath(args.root), args.chapter)
-    print(json.dumps(m, indent=1) if args.json else report(m, args.list))
+    print(json.dumps(m, indent=1) if args.json else report(m, args.list, not args.no_ranges))
     failed = [k for k, limit in LIMITS.items() if m[k] is None or m[k] > limit]
     if args.check and failed:
         print("over the limit: " + ", ".join(failed), file=sys.stderr)
