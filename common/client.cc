@@ -17,10 +17,10 @@
 #include "common/options.h"
 #include "common/progress.h"
 #include "common/random_fill.h"
-#include "common/recovery.h"
 #include "common/result_json.h"
 #include "common/shutdown.h"
-#include "common/thread_stats.h"
+#include "harness/recovery.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -84,7 +84,7 @@ class RandomFillClient {
     for (int attempt = 1;; ++attempt) {
       ListenForReply();
       // A client stopped before it said anything sends nothing (shm would
-      // queue our name at the server: common/recovery.h, bug B).
+      // queue our name at the server: harness/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
       notices_ = 0;
       Send(server, Encode(MakeConnect()), "CONNECT");
@@ -504,7 +504,7 @@ int ClientMain(int argc, char** argv, const std::string& chapter) {
     if (!ParseClientOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
     InstallCrashGuard(program.c_str());
-    // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
+    // Ctrl-C waits while the endpoints open (harness/recovery.h, bug B).
     std::optional<StopSignalsHeld> held(std::in_place);
     Node node(options, kBuffersPerGpu, options.buffer_size);
     held.reset();

@@ -11,8 +11,6 @@
 #include <utility>
 
 #include "common/device_rdma.h"
-#include "common/post_queue.h"
-#include "common/recovery_nic.h"
 #include "common/setup_hints.h"
 
 namespace tutorial {
@@ -22,8 +20,6 @@ uint32_t RequestedApiVersion() {
 }
 
 namespace {
-
-constexpr size_t kOpChunk = 1024;
 
 // libfabric 1.20 added dma-buf registration; older headers lack the types.
 #if defined(FI_MR_DMABUF)
@@ -48,7 +44,7 @@ void CloseNow(FidPtr<T>& object, const std::string& nic, const char* what) {
 
 }  // namespace
 
-FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
+FiInfoPtr MakeHints(const FabricChoice& choice, const EditHints& edit) {
   FiInfoPtr hints(fi_allocinfo());
   if (!hints) throw RuntimeError("fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
@@ -61,7 +57,7 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
     hints->caps |= FI_HMEM;
     hints->domain_attr->mr_mode |= FI_MR_HMEM;
   }
-  hints->domain_attr->threading = options.threading;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
   hints->tx_attr->op_flags = FI_COMPLETION;
   hints->fabric_attr->prov_name = strdup(choice.provider.c_str());
   if (choice.provider == "efa") {
@@ -71,6 +67,7 @@ FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options) {
     // kEfaCommCaps in network.h).
     hints->caps |= kEfaCommCaps;
   }
+  if (edit) edit(*hints);
   return hints;
 }
 
@@ -78,14 +75,14 @@ std::string ResolveProvider(const std::string& requested) {
   if (requested != "auto") return requested;
   FabricChoice efa{"efa", MemoryKind::kHost, ""};
   fi_info* found = nullptr;
-  FiInfoPtr hints = MakeHints(efa, NetworkOptions{});
+  FiInfoPtr hints = MakeHints(efa);
   int ret = fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, hints.get(), &found);
   FiInfoPtr owned(found);
   return (ret == 0 && found != nullptr) ? "efa" : "tcp";
 }
 
-std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions& options) {
-  FiInfoPtr hints = MakeHints(choice, options);
+std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const EditHints& edit) {
+  FiInfoPtr hints = MakeHints(choice, edit);
   fi_info* list = nullptr;
   int ret = fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, hints.get(), &list);
   FiInfoPtr owned_list(list);
@@ -94,7 +91,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
       // Ask again without FI_HMEM to tell "no provider" from "no GPU memory".
       FabricChoice host = choice;
       host.memory = MemoryKind::kHost;
-      FiInfoPtr host_hints = MakeHints(host, options);
+      FiInfoPtr host_hints = MakeHints(host, edit);
       fi_info* host_list = nullptr;
       if (fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, host_hints.get(), &host_list) ==
               0 &&
@@ -139,8 +136,7 @@ std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions
   return nics;
 }
 
-Network::Network(const fi_info& info, const NetworkOptions& options)
-    : info_(fi_dupinfo(&info)), options_(options) {
+Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
   name_ = info_->domain_attr->name ? info_->domain_attr->name : "?";
   tx_depth_ = info_->tx_attr != nullptr && info_->tx_attr->size > 0 ? info_->tx_attr->size : 1;
   virt_addr_ = (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
@@ -216,15 +212,10 @@ void Network::CloseEndpoint() {
   CloseNow(cq_, name_, "completion queue");
   CloseNow(av_, name_, "address vector");
   // The provider holds no context of ours any more: give every op back.
-  while (live_ != nullptr) FreeOp(live_);
-  pending_.clear();
-  failed_.clear();
-  outstanding_ = 0;
-  outstanding_recvs_ = 0;
-  posted_transmits_ = 0;
-  detached_ = 0;
-  batch_open_ = false;
-  confirmed_peers_.Clear();
+  while (in_flight != nullptr) FreeOp(in_flight);
+  pending_ops.clear();
+  failed_ops.clear();
+  posted_transmits = 0;
 }
 
 double LinkGbps(const fi_info& info) {
@@ -288,11 +279,11 @@ MemoryRegion Network::Register(const Buffer& buffer) {
 }
 
 fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
-  Recovery::CheckPeerAddress(*this, address);  // the hook that cannot move
+  if (hooks != nullptr) hooks->CheckPeerAddress(*this, address);
   fi_addr_t peer = FI_ADDR_UNSPEC;
   int inserted = fi_av_insert(av_.get(), address.data(), 1, &peer, 0, nullptr);
   if (inserted != 1 || peer == FI_ADDR_UNSPEC || peer == FI_ADDR_NOTAVAIL) {
-    av_damaged_ = true;
+    if (hooks != nullptr) hooks->AddressVectorRefused(*this);
     throw RuntimeError("address of " + std::to_string(address.size()) +
                        " bytes rejected by the address vector of " + name_ +
                        (inserted < 0 ? std::string(": ") + fi_strerror(-inserted) : ""));
@@ -300,268 +291,139 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
   return peer;
 }
 
-void Network::RemovePeer(fi_addr_t peer) {
-  confirmed_peers_.Forget(peer);
-  fi_av_remove(av_.get(), &peer, 1, 0);
+void Network::RemovePeer(fi_addr_t peer) { fi_av_remove(av_.get(), &peer, 1, 0); }
+
+RdmaOp* Network::AllocateOp(bool& from_heap) {
+  from_heap = true;
+  return new RdmaOp;  // the series: one allocation per operation
 }
 
-void Network::Link(RdmaOp* op) {
-  op->prev = nullptr;
-  op->next = live_;
-  if (live_ != nullptr) live_->prev = op;
-  live_ = op;
-}
+void Network::ReleaseOp(RdmaOp* op) { delete op; }
 
-void Network::Unlink(RdmaOp* op) {
-  if (op->prev != nullptr) {
-    op->prev->next = op->next;
-  } else {
-    live_ = op->next;
-  }
-  if (op->next != nullptr) op->next->prev = op->prev;
-  op->prev = op->next = nullptr;
-}
-
-RdmaOp* Network::NewOp(OpType type) {
-  bool allocated = !options_.op_pool || free_ops_.empty();
-  // The series: one allocation per operation; chapter 17: from the pool.
-  RdmaOp* op = options_.op_pool ? TakePooledOp() : new RdmaOp;
-  meter_.OpCreated(type == OpType::kWrite, allocated);
+RdmaOp* Network::NewOp(OpType type, OpCallback callback) {
+  bool from_heap = false;
+  RdmaOp* op = AllocateOp(from_heap);
   op->type = type;
-  op->state = OpState::kQueued;
-  Link(op);
-  ++outstanding_;
-  if (type == OpType::kRecv) ++outstanding_recvs_;
+  op->callback = std::move(callback);
+  op->prev = nullptr;
+  op->next = in_flight;
+  if (in_flight != nullptr) in_flight->prev = op;
+  in_flight = op;
+  if (hooks != nullptr) hooks->Queued(*op, from_heap);
   return op;
 }
 
 void Network::FreeOp(RdmaOp* op) {
-  Unlink(op);
-  --outstanding_;
-  if (op->type == OpType::kRecv) --outstanding_recvs_;
-  if (options_.op_pool) return ReturnPooledOp(op);
-  delete op;
+  (op->prev != nullptr ? op->prev->next : in_flight) = op->next;
+  if (op->next != nullptr) op->next->prev = op->prev;
+  ReleaseOp(op);
 }
 
-RdmaOp* Network::TakePooledOp() {
-  if (free_ops_.empty()) {
-    op_chunks_.emplace_back(new RdmaOp[kOpChunk]);
-    for (size_t i = 0; i < kOpChunk; ++i) free_ops_.push_back(&op_chunks_.back()[i]);
+size_t Network::outstanding_transmits() const {
+  size_t transmits = 0;
+  for (const RdmaOp* op = in_flight; op != nullptr; op = op->next) {
+    if (op->type != OpType::kRecv) ++transmits;
   }
-  RdmaOp* op = free_ops_.back();
-  free_ops_.pop_back();
-  op->error = 0;
-  op->received = 0;
-  op->user = 0;
-  op->handler = nullptr;
-  return op;
-}
-
-void Network::ReturnPooledOp(RdmaOp* op) {
-  op->callback = nullptr;
-  if (!op->error_message.empty()) op->error_message.clear();
-  op->state = OpState::kFree;
-  free_ops_.push_back(op);
-}
-
-ssize_t Network::PostToProvider(RdmaOp* op, uint64_t more_flag) {
-  switch (op->type) {
-    case OpType::kRecv:
-      return meter_.Call(ProviderCall::kRecv, [&] {
-        return fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
-      });
-    case OpType::kSend:
-      return meter_.Call(ProviderCall::kSend, [&] {
-        return fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
-      });
-    case OpType::kWrite:
-      break;
-  }
-  // The WRITE, addressed as the series does: local buffer and its
-  // descriptor, the peer, and where in the peer's registration it lands.
-  const RdmaWrite& w = op->write;
-  iovec iov = {.iov_base = const_cast<void*>(w.local), .iov_len = w.length};
-  void* desc = w.local_desc;
-  fi_rma_iov rma = {.addr = w.remote_addr, .len = w.length, .key = w.remote_key};
-  fi_msg_rma msg = {
-      .msg_iov = &iov,
-      .desc = &desc,
-      .iov_count = 1,
-      .addr = w.peer,
-      .rma_iov = &rma,
-      .rma_iov_count = 1,
-      .context = &op->context,
-      .data = w.cq_data,
-  };
-  uint64_t flags = FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0) | more_flag;
-  return meter_.Call(
-      ProviderCall::kWrite, [&] { return fi_writemsg(ep_.get(), &msg, flags); }, flags);
-}
-
-ssize_t Network::Submit(RdmaOp* op, uint64_t more_flag) {
-  if (op->type != OpType::kRecv && posted_transmits_ - detached_ >= tx_depth_)
-    return meter_.Refused();  // the queue depth it advertised (tx_depth_)
-  ssize_t ret = PostToProvider(op, more_flag);
-  if (ret == -FI_EAGAIN) return ret;
-  if (ret < 0) {
-    // The caller hears of it as an error completion, at the next poll.
-    const char* call = op->type == OpType::kWrite  ? "fi_writemsg"
-                       : op->type == OpType::kSend ? "fi_send"
-                                                   : "fi_recv";
-    op->error = static_cast<int>(-ret);
-    op->error_message = WithEfaHint(std::string(call) + ": " + fi_strerror(op->error), *op, *info_);
-    op->state = OpState::kFailed;
-    failed_.push_back(op);
-    return ret;
-  }
-  op->state = OpState::kPosted;
-  if (op->type != OpType::kRecv) ++posted_transmits_;
-  return 0;
-}
-
-void Network::ProgressPendingOps() {
-  // The series posts until the provider refuses one; chapter 18 batches
-  // with FI_MORE (common/post_queue.h says how every batch is closed).
-  size_t free_slots = tx_depth_ > posted_transmits_ ? tx_depth_ - posted_transmits_ : 0;
-  PostPendingQueue(
-      pending_, options_.doorbell_batching, free_slots, batch_open_,
-      [this](const RdmaOp* op) {
-        return op->type == OpType::kWrite && confirmed_peers_.Confirmed(op->write.peer);
-      },
-      [this](RdmaOp* op, uint64_t flags) { return Submit(op, flags); });
-}
-
-void Network::Enqueue(RdmaOp* op, bool lazy) {
-  pending_.push_back(op);
-  if (!lazy) ProgressPendingOps();
+  return transmits;
 }
 
 void Network::PostRecv(void* buf, size_t length, void* desc, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kRecv);
-  op->callback = std::move(callback);
+  RdmaOp* op = NewOp(OpType::kRecv, std::move(callback));
   op->buf = buf;
   op->length = length;
   op->desc = desc;
-  Enqueue(op, false);
+  pending_ops.push_back(op);
+  ProgressPendingOps();
 }
 
 void Network::PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc,
                        OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kSend);
-  op->callback = std::move(callback);
+  RdmaOp* op = NewOp(OpType::kSend, std::move(callback));
   op->buf = const_cast<void*>(buf);
   op->length = length;
   op->desc = desc;
   op->peer = peer;
-  Enqueue(op, false);
+  pending_ops.push_back(op);
+  ProgressPendingOps();
 }
 
 void Network::PostWrite(const RdmaWrite& write, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kWrite);
-  op->callback = std::move(callback);
+  RdmaOp* op = NewOp(OpType::kWrite, std::move(callback));
   op->write = write;
-  Enqueue(op, false);
+  pending_ops.push_back(op);
+  ProgressPendingOps();
 }
 
-void Network::LazyPostWrite(const RdmaWrite& write, OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kWrite);
-  op->callback = std::move(callback);
-  op->write = write;
-  Enqueue(op, true);
-}
-
-void Network::PostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user) {
-  RdmaOp* op = NewOp(OpType::kWrite);
-  op->handler = handler;
-  op->user = user;
-  op->write = write;
-  Enqueue(op, false);
-}
-
-void Network::LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user) {
-  RdmaOp* op = NewOp(OpType::kWrite);
-  op->handler = handler;
-  op->user = user;
-  op->write = write;
-  Enqueue(op, true);
-}
-
-// Every completion of ours, errors included, ends here.
-void Network::Complete(RdmaOp* op) {
-  transmits_done_ += op->type != OpType::kRecv;  // the transfer watch's progress
-  if (op->callback) {
-    op->callback(*this, *op);
-  } else if (op->handler != nullptr) {
-    op->handler->OnCompletion(*this, *op);
+void Network::ProgressPendingOps() {
+  while (!pending_ops.empty()) {
+    if (Post(pending_ops.front(), 0) == -FI_EAGAIN) return;
+    pending_ops.pop_front();
   }
 }
 
-void Network::ReportFailed() {
-  // Only those failed so far: a callback that posts again and fails again
-  // is reported at the next poll, not in an endless loop here.
-  std::deque<RdmaOp*> failed;
-  failed.swap(failed_);
-  for (RdmaOp* op : failed) {
-    Complete(op);
-    FreeOp(op);
+ssize_t Network::Post(RdmaOp* op, uint64_t flags) {
+  ProviderCall call = op->type == OpType::kRecv   ? ProviderCall::kRecv
+                      : op->type == OpType::kSend ? ProviderCall::kSend
+                                                  : ProviderCall::kWrite;
+  if (call != ProviderCall::kRecv && posted_transmits >= tx_depth_) {
+    if (hooks != nullptr) hooks->HeldBack();
+    return -FI_EAGAIN;  // the queue depth it advertised (tx_depth_)
   }
-}
-
-void Network::HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry) {
-  if (op->type != OpType::kRecv) --posted_transmits_;  // only posted ops complete here
-  if (op->state == OpState::kDetached) {
-    // Recovery detached it: nobody waits for it; give the context back.
-    ++outstanding_;  // FreeOp counts it down again
-    --detached_;
-    FreeOp(op);
-    return;
+  if (hooks != nullptr) hooks->EnterProvider(call);
+  ssize_t ret;
+  const char* what;
+  if (call == ProviderCall::kRecv) {
+    what = "fi_recv";
+    ret = fi_recv(ep_.get(), op->buf, op->length, op->desc, FI_ADDR_UNSPEC, &op->context);
+  } else if (call == ProviderCall::kSend) {
+    what = "fi_send";
+    ret = fi_send(ep_.get(), op->buf, op->length, op->desc, op->peer, &op->context);
+  } else {
+    what = "fi_writemsg";
+    // The WRITE, addressed as the series does: local buffer and its
+    // descriptor, the peer, and where in the peer's registration it lands.
+    const RdmaWrite& w = op->write;
+    iovec iov = {.iov_base = const_cast<void*>(w.local), .iov_len = w.length};
+    void* desc = w.local_desc;
+    fi_rma_iov rma = {.addr = w.remote_addr, .len = w.length, .key = w.remote_key};
+    fi_msg_rma msg = {
+        .msg_iov = &iov,
+        .desc = &desc,
+        .iov_count = 1,
+        .addr = w.peer,
+        .rma_iov = &rma,
+        .rma_iov_count = 1,
+        .context = &op->context,
+        .data = w.cq_data,
+    };
+    flags |= FI_COMPLETION | (w.has_cq_data ? FI_REMOTE_CQ_DATA : 0);
+    ret = fi_writemsg(ep_.get(), &msg, flags);
   }
-  if (op->type == OpType::kRecv) op->received = entry.len;
-  // Chapter 18: the peer answered; WRITEs to it may carry FI_MORE now.
-  if (options_.doorbell_batching && op->type == OpType::kWrite)
-    confirmed_peers_.Confirm(op->write.peer);
-  // Callbacks may post new operations; the op is given back after.
-  Complete(op);
-  FreeOp(op);
-}
-
-void Network::HandleErrorCompletion() {
-  fi_cq_err_entry err{};
-  ssize_t ret =
-      meter_.Call(ProviderCall::kCqReadErr, [&] { return fi_cq_readerr(cq_.get(), &err, 0); });
-  if (ret == -FI_EAGAIN) return;
-  CheckFabric(ret, "fi_cq_readerr");
-  // shm 1.17 reports some errors negated (-FI_ETRUNC); callers compare
-  // with the positive codes.
-  int error = err.err > 0 ? err.err : err.err < 0 ? -err.err : FI_EOTHER;
-  const char* detail = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, nullptr, 0);
-  std::string message = fi_strerror(error);
-  if (detail != nullptr && *detail && message != detail)
-    message += std::string(" (") + detail + ")";
-  auto* op = static_cast<RdmaOp*>(err.op_context);
-  if (op == nullptr || (err.flags & FI_REMOTE_WRITE) != 0) {
-    // No operation of ours: a failed remote write into our memory, or (shm
-    // 1.17) one of our writes into a process that has died, which then
-    // never completes. Recovery's hook decides (common/recovery_nic.h).
-    if (on_orphan_error_) on_orphan_error_(*this, message);
-    return;
+  if (hooks != nullptr) hooks->LeaveProvider(call, ret, flags);
+  if (ret == -FI_EAGAIN) return ret;
+  if (ret < 0) {
+    // The caller hears of it as an error completion, at the next poll.
+    op->error = static_cast<int>(-ret);
+    op->error_message = std::string(what) + ": " + fi_strerror(op->error);
+    failed_ops.push_back(op);
+    return ret;
   }
-  if (op->state == OpState::kDetached) return HandleCompletion(op, fi_cq_data_entry{});
-  if (op->type != OpType::kRecv) --posted_transmits_;
-  op->error = error;
-  op->error_message = WithEfaHint(std::move(message), *op, *info_);
-  if (op->type == OpType::kRecv) op->received = err.len;
-  Complete(op);
-  FreeOp(op);
+  op->posted = true;
+  if (call != ProviderCall::kRecv) ++posted_transmits;
+  return 0;
 }
 
 size_t Network::PollCompletion() {
-  size_t handled = failed_.size();
-  if (!failed_.empty()) ReportFailed();
+  size_t handled = failed_ops.size();  // posts that failed for good
+  std::deque<RdmaOp*> failed;
+  failed.swap(failed_ops);  // a callback that fails again waits for the next poll
+  for (RdmaOp* op : failed) Finish(op);
+
   fi_cq_data_entry entries[kCqReadCount];
   for (;;) {
-    ssize_t n = meter_.Call(ProviderCall::kCqRead,
-                            [&] { return fi_cq_read(cq_.get(), entries, kCqReadCount); });
+    if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kCqRead);
+    ssize_t n = fi_cq_read(cq_.get(), entries, kCqReadCount);
+    if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kCqRead, n, 0);
     if (n == -FI_EAGAIN) break;
     if (n == -FI_EAVAIL) {
       HandleErrorCompletion();
@@ -573,18 +435,53 @@ size_t Network::PollCompletion() {
       const fi_cq_data_entry& entry = entries[i];
       if (IsRemoteWrite(entry)) {
         if (on_remote_write_) on_remote_write_(*this, entry.data);
-      } else {
-        HandleCompletion(static_cast<RdmaOp*>(entry.op_context), entry);
+        continue;
       }
+      auto* op = static_cast<RdmaOp*>(entry.op_context);
+      if (op->type == OpType::kRecv) op->received = entry.len;
+      Finish(op);
     }
     handled += static_cast<size_t>(n);
   }
   ProgressPendingOps();
-  // One writer (the polling thread), any number of readers.
-  if (transmits_done_ != transmit_completions_.load(std::memory_order_relaxed)) {
-    transmit_completions_.store(transmits_done_, std::memory_order_relaxed);
-  }
   return handled;
+}
+
+void Network::Finish(RdmaOp* op) {
+  if (op->posted && op->type != OpType::kRecv) --posted_transmits;
+  // Callbacks may post new operations; the op is given back after.
+  if (hooks == nullptr || hooks->Deliver(*op)) Complete(op);
+  FreeOp(op);
+}
+
+void Network::Complete(RdmaOp* op) {
+  if (op->callback) op->callback(*this, *op);
+}
+
+void Network::HandleErrorCompletion() {
+  fi_cq_err_entry err{};
+  if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kCqReadErr);
+  ssize_t ret = fi_cq_readerr(cq_.get(), &err, 0);
+  if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kCqReadErr, ret, 0);
+  if (ret == -FI_EAGAIN) return;
+  CheckFabric(ret, "fi_cq_readerr");
+  // Positive codes for callers; shm 1.17 reports some negated (-FI_ETRUNC).
+  int error = err.err > 0 ? err.err : err.err < 0 ? -err.err : FI_EOTHER;
+  const char* detail = fi_cq_strerror(cq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  std::string message = fi_strerror(error);
+  if (detail != nullptr && *detail && message != detail)
+    message += std::string(" (") + detail + ")";
+  auto* op = static_cast<RdmaOp*>(err.op_context);
+  if (op == nullptr || (err.flags & FI_REMOTE_WRITE) != 0) {
+    // A failed remote write into our memory, or (shm 1.17) one of ours
+    // into a process that has died, which then never completes.
+    if (hooks != nullptr) hooks->ErrorWithoutOp(*this, message);
+    return;
+  }
+  op->error = error;
+  op->error_message = std::move(message);
+  if (op->type == OpType::kRecv) op->received = err.len;
+  Finish(op);
 }
 
 }  // namespace tutorial

@@ -1,22 +1,18 @@
 // One NIC as libfabric sees it: fabric, domain, completion queue, address
-// vector and one reliable-datagram (RDM) endpoint, plus the bookkeeping that
-// every chapter needs around them: operation contexts, a queue for posts the
-// provider refused with -FI_EAGAIN, and completion polling.
+// vector and one reliable-datagram (RDM) endpoint, with the series'
+// bookkeeping around them: one operation context per post, a queue for
+// posts the provider refused with -FI_EAGAIN, and completion polling.
 //
 // A Network is used by one thread at a time; chapters from 11 on give each
-// thread its own Networks. How the Network talks to the provider is the
-// chapter's choice (NetworkOptions): chapters 09-15 use the series'
-// mechanisms, and each chapter from 16 on switches one of ours on.
-//
-// What a Network does when a peer dies lives in common/recovery_nic.h (a
-// friend that reaches into it); why, provider by provider, in
-// docs/provider-failures.md.
+// thread its own Networks. Its state is public, as in the series' struct
+// Network, so that what watches it from outside (harness/) needs no back
+// door; chapters use the functions.
 #pragma once
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -25,34 +21,44 @@
 #include <vector>
 
 #include "common/buffer.h"
-#include "common/call_meter.h"
 #include "common/device_rdma.h"
-#include "common/fabric_handles.h"
-#include "common/post_queue.h"
+#include "common/errors.h"
 
 namespace tutorial {
 
 class Network;
 struct RdmaOp;
 
-// What a chapter asks of the library. The defaults are the series' own
-// mechanisms (chapters 09-15); each later chapter turns on one field.
-struct NetworkOptions {
-  // FI_THREAD_SAFE (the series): the provider guards every call with a lock,
-  // so any thread may call it. FI_THREAD_DOMAIN (chapter 16): the
-  // application promises one thread per domain at a time, and the provider
-  // may leave its locks out.
-  fi_threading threading = FI_THREAD_SAFE;
-  // false (the series): one `new RdmaOp` holding a std::function per
-  // operation, deleted on completion. true (chapter 17): operations come
-  // from a per-NIC pool and call a CompletionHandler: no heap allocation
-  // and no std::function per operation.
-  bool op_pool = false;
-  // false (the series): every post rings the NIC's doorbell. true (chapter
-  // 18): consecutive queued WRITEs go out flagged FI_MORE, the last of each
-  // batch without it, so the doorbell rings once per batch.
-  bool doorbell_batching = false;
+// Closes any libfabric object through its embedded `struct fid`.
+template <typename T>
+struct FidCloser {
+  void operator()(T* object) const {
+    if (object != nullptr) fi_close(&object->fid);
+  }
 };
+
+template <typename T>
+using FidPtr = std::unique_ptr<T, FidCloser<T>>;
+
+// Owns a list returned by fi_getinfo (or one fi_dupinfo'ed entry).
+struct FiInfoFree {
+  void operator()(fi_info* info) const { fi_freeinfo(info); }
+};
+using FiInfoPtr = std::unique_ptr<fi_info, FiInfoFree>;
+
+// Throws RuntimeError when `ret` is an error code, in fabtests' form:
+// "fi_cq_read(): common/network.cc:412, ret=-5 (Input/output error)".
+inline void CheckFabric(long ret, const char* call, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+  if (ret < 0) {
+    throw RuntimeError(std::string(call) + "(): " + file + ":" + std::to_string(line) + ", ret=" +
+                       std::to_string(ret) + " (" + fi_strerror(static_cast<int>(-ret)) + ")");
+  }
+}
+
+// A chapter's change to the hints the NICs are found with (the
+// threading level, for one); empty: the series' hints.
+using EditHints = std::function<void(fi_info& hints)>;
 
 // The libfabric API version we ask for: the newest our headers know, but
 // no newer than the library we run against. EFA turns device RDMA (and so
@@ -88,8 +94,6 @@ inline bool IsRemoteWrite(const fi_cq_data_entry& entry) {
 using OpCallback = std::function<void(Network&, RdmaOp&)>;
 // Called for every remote write that carried CQ data (the remote context).
 using RemoteWriteCallback = std::function<void(Network&, uint64_t cq_data)>;
-// Called for an error completion that names no operation of ours.
-using OrphanErrorCallback = std::function<void(Network&, const std::string& error)>;
 
 // A WRITE from local registered memory into a peer's registered memory.
 struct RdmaWrite {
@@ -105,21 +109,6 @@ struct RdmaWrite {
 
 enum class OpType { kSend, kRecv, kWrite };
 
-// Where an operation is: in our queue, with the provider, failed before the
-// provider took it (reported at the next poll), or detached (still with the
-// provider, but nobody waits for it any more).
-enum class OpState : uint8_t { kFree, kQueued, kPosted, kFailed, kDetached };
-
-// Chapter 17's alternative to a std::function per operation: one object
-// (the writer) handles every completion, told apart by RdmaOp::user.
-class CompletionHandler {
- public:
-  virtual void OnCompletion(Network& net, RdmaOp& op) = 0;
-
- protected:
-  ~CompletionHandler() = default;
-};
-
 // The context of one posted operation. `context` comes first so that the
 // pointer libfabric hands back is the operation itself, and providers that
 // need FI_CONTEXT/FI_CONTEXT2 scratch space find it there.
@@ -131,15 +120,13 @@ struct RdmaOp {
   size_t length = 0;     // kSend, kRecv: posted length
   void* desc = nullptr;  // kSend, kRecv
   fi_addr_t peer = FI_ADDR_UNSPEC;
-  size_t received = 0;                   // kRecv: bytes that arrived
-  int error = 0;                         // 0, or the positive libfabric error code
-  std::string error_message;             // set only when error != 0
-  uint64_t user = 0;                     // free for the caller (a GPU index, a page)
-  OpCallback callback;                   // the series' way, or...
-  CompletionHandler* handler = nullptr;  // ...chapter 17's
-  OpState state = OpState::kFree;
-  // Every operation not yet given back is on its Network's list, so that
-  // recovery can find those the provider still holds.
+  size_t received = 0;        // kRecv: bytes that arrived
+  int error = 0;              // 0, or the positive libfabric error code
+  std::string error_message;  // set only when error != 0
+  uint64_t user = 0;          // free for the caller (a GPU index, a page)
+  OpCallback callback;
+  bool posted = false;  // the provider holds it
+  // On the Network's list of ops not yet completed (in_flight).
   RdmaOp* prev = nullptr;
   RdmaOp* next = nullptr;
 
@@ -175,17 +162,16 @@ struct FabricChoice {
 };
 
 // The hints we give fi_getinfo: RDM with RMA, remote CQ data, (for CUDA
-// memory) FI_HMEM, EFA's memory registration modes, the chapter's threading
-// level, and for EFA the `efa` fabric by name: from libfabric 2.1 the
-// `efa-direct` fabric comes first with the same domains, and its rules
-// (the RMA target must know the initiator; messages no larger than the
-// MTU) are not the series'.
-FiInfoPtr MakeHints(const FabricChoice& choice, const NetworkOptions& options);
+// memory) FI_HMEM, EFA's memory registration modes, the series' threading
+// level (FI_THREAD_SAFE) unless `edit` changes it, and for EFA the `efa` fabric by name: from
+// libfabric 2.1 the `efa-direct` fabric comes first with the same domains, and its rules (the RMA
+// target must know the initiator; messages no larger than the MTU) are not the series'.
+FiInfoPtr MakeHints(const FabricChoice& choice, const EditHints& edit = {});
 
 // The fi_info of every NIC the provider offers for those hints, one per
 // domain, in the provider's order. Throws UsageError with a one-line
 // explanation when there is none.
-std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const NetworkOptions& options = {});
+std::vector<FiInfoPtr> FindNics(const FabricChoice& choice, const EditHints& edit = {});
 
 // "auto" resolves to "efa" when libfabric finds an EFA device, else "tcp".
 std::string ResolveProvider(const std::string& requested);
@@ -193,30 +179,46 @@ std::string ResolveProvider(const std::string& requested);
 // A NIC's link speed in Gbps as the provider reports it, 0 when unknown.
 double LinkGbps(const fi_info& info);
 
-class Recovery;  // common/recovery_nic.h
+// The provider calls a Network makes, as its hooks tell them apart.
+enum class ProviderCall : uint8_t { kRecv, kSend, kWrite, kCqRead, kCqReadErr };
+// What watches a Network from outside (harness/: metering, watchdogs,
+// recovery) attaches here; a Network works alone without it.
+class NetworkHooks {
+ public:
+  virtual ~NetworkHooks() = default;
+  virtual void EnterProvider(ProviderCall call) = 0;  // around every provider call
+  virtual void LeaveProvider(ProviderCall call, ssize_t ret, uint64_t flags) = 0;
+  virtual void HeldBack() = 0;  // a post held back: the provider's queue is full
+  virtual void Queued(const RdmaOp& op, bool allocated) = 0;
+  // false: nobody waits for it. A failed op's message may gain a hint.
+  virtual bool Deliver(RdmaOp& op) = 0;
+  virtual void ErrorWithoutOp(Network& net, const std::string& error) = 0;
+  // Throws to refuse an address before it goes into the address vector.
+  virtual void CheckPeerAddress(const Network& net, const std::vector<uint8_t>& address) = 0;
+  virtual void AddressVectorRefused(Network& net) = 0;
+};
 
-// Aligned to a cache line: each writer thread owns its NICs, and the
-// counters it writes must not share a line with a neighbour's NIC.
+// Aligned to a cache line: each writer thread owns its NICs, and what it
+// writes must not share a line with a neighbour's NIC.
 class alignas(64) Network {
  public:
-  explicit Network(const fi_info& info, const NetworkOptions& options = {});
-  ~Network();
+  explicit Network(const fi_info& info);
+  virtual ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
 
   const fi_info& info() const { return *info_; }
   const std::string& name() const { return name_; }
   const std::vector<uint8_t>& address() const { return address_; }
-  const NetworkOptions& options() const { return options_; }
+  const DeviceRdma& device_rdma() const { return device_rdma_; }
 
   MemoryRegion Register(const Buffer& buffer);
 
   // Peers go into the address vector before any operation names them.
-  // The address is checked first (Recovery::CheckPeerAddress): a malformed
-  // one would make the provider read past it or poison its AV. Throws
-  // RuntimeError in one line.
+  // Throws RuntimeError in one line when the address is refused (the hooks
+  // check it first: a malformed one can crash a provider).
   fi_addr_t AddPeer(const std::vector<uint8_t>& address);
-  void RemovePeer(fi_addr_t peer);
+  virtual void RemovePeer(fi_addr_t peer);
 
   // The series' posting discipline: the operation joins the NIC's pending
   // queue, and the queue is posted at once, in order, until the provider
@@ -224,13 +226,6 @@ class alignas(64) Network {
   void PostRecv(void* buf, size_t length, void* desc, OpCallback callback);
   void PostSend(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
   void PostWrite(const RdmaWrite& write, OpCallback callback);
-  // Chapter 15: only joins the pending queue; the caller's next
-  // PollCompletion() posts it, after reading the completion queue.
-  void LazyPostWrite(const RdmaWrite& write, OpCallback callback);
-  // Chapter 17: the same, completed through `handler` with op.user = user
-  // (no std::function to build; meant for NetworkOptions::op_pool).
-  void PostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
-  void LazyPostWrite(const RdmaWrite& write, CompletionHandler* handler, uint64_t user);
 
   // Called for every remote write into our memory that carried CQ data.
   void OnRemoteWrite(RemoteWriteCallback callback) { on_remote_write_ = std::move(callback); }
@@ -245,50 +240,56 @@ class alignas(64) Network {
 
   // Operations waiting in our queue for the provider to take them: the
   // writer's in-flight window is measured on it (NetworkGroup).
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return pending_ops.size(); }
   // Sends and writes not yet completed: what must drain before the peer's
   // address may be removed. (Posted receives wait for new peers and stay.)
-  size_t outstanding_transmits() const { return outstanding_ - outstanding_recvs_; }
+  size_t outstanding_transmits() const;
 
-  // Instrumentation: every provider call goes through it (counters,
-  // watchdogs). Not part of the path a chapter reads.
-  CallMeter& meter() { return meter_; }
+  // Closes the endpoint, its completion queue and address vector, and
+  // gives back every operation without calling back; OpenEndpoint() opens
+  // new ones on the same domain (at `name`, when given), so registrations
+  // stay valid.
+  virtual void CloseEndpoint();
+  void OpenEndpoint(const std::vector<uint8_t>* name);
+  fid_eq* event_queue() const { return eq_.get(); }
+  // A new operation context, on the list of those not yet completed; and
+  // the context given back (the series: new and delete).
+  RdmaOp* NewOp(OpType type, OpCallback callback);
+  void FreeOp(RdmaOp* op);
 
- private:
-  friend class Recovery;
-  friend const DeviceRdma& DeviceRdmaOf(const Network& net);
+  // The series' queue; ours of posts that failed, for the next poll to report.
+  std::deque<RdmaOp*> pending_ops;
+  std::deque<RdmaOp*> failed_ops;
+  RdmaOp* in_flight = nullptr;  // every operation not yet given back
+  size_t posted_transmits = 0;  // sends and writes the provider holds
+  NetworkHooks* hooks = nullptr;
+
+ protected:
   static constexpr size_t kCqReadCount = 16;  // the series' fi_cq_read size
 
-  void OpenEndpoint(const std::vector<uint8_t>* name);
-  // Closes the endpoint, CQ and AV and gives back every operation.
-  void CloseEndpoint();
-  RdmaOp* NewOp(OpType type);
-  void FreeOp(RdmaOp* op);
-  RdmaOp* TakePooledOp();  // chapter 17
-  void ReturnPooledOp(RdmaOp* op);
-  void Link(RdmaOp* op);
-  void Unlink(RdmaOp* op);
-  // The op joins the pending queue (and, unless lazy, the queue is posted).
-  void Enqueue(RdmaOp* op, bool lazy);
-  // Posts the pending queue in order until the provider refuses one.
-  void ProgressPendingOps();
-  // Hands `op` to the provider: 0, -FI_EAGAIN, or the error of a post that
-  // failed for good, which marks the op failed and queues it for the next
-  // poll.
-  ssize_t Submit(RdmaOp* op, uint64_t more_flag);
-  ssize_t PostToProvider(RdmaOp* op, uint64_t more_flag);
-  void ReportFailed();
-  void Complete(RdmaOp* op);
-  void HandleCompletion(RdmaOp* op, const fi_cq_data_entry& entry);
+  // The series' ways (a later chapter may bring its own): each context
+  // allocated, the queue posted until the provider refuses, the callback.
+  virtual RdmaOp* AllocateOp(bool& from_heap);
+  virtual void ReleaseOp(RdmaOp* op);
+  virtual void ProgressPendingOps();
+  virtual void Complete(RdmaOp* op);
+  // Hands `op` to the provider: 0, -FI_EAGAIN, or an error (op on failed_ops).
+  ssize_t Post(RdmaOp* op, uint64_t flags);
+
+  // The provider's transmit queue depth (tx_attr->size), never exceeded: efa
+  // refuses beyond it itself, tcp would keep a stopped client's every WRITE.
+  size_t tx_depth_ = 0;
+
+ private:
   void HandleErrorCompletion();
+  void Finish(RdmaOp* op);  // calls back and gives `op` back
 
   FiInfoPtr info_;
-  NetworkOptions options_;
   std::string name_;
   FidPtr<fid_fabric> fabric_;
   FidPtr<fid_domain> domain_;
   // Bound to the endpoint: without an EQ the efa fabric abort()s on errors
-  // of its own internal operations (efa_base_ep.c). Recovery reads it.
+  // of its own internal operations (efa_base_ep.c).
   FidPtr<fid_eq> eq_;
   FidPtr<fid_cq> cq_;
   FidPtr<fid_av> av_;
@@ -298,45 +299,39 @@ class alignas(64) Network {
   bool hmem_ = false;
   DeviceRdma device_rdma_;
   uint64_t next_mr_key_ = 1;
-
-  // Chapter 17: operation contexts live in chunks that never move, reused
-  // through a free list: no allocation per operation once the pool is warm.
-  std::vector<std::unique_ptr<RdmaOp[]>> op_chunks_;
-  std::vector<RdmaOp*> free_ops_;
-  RdmaOp* live_ = nullptr;  // every op not yet given back (Link/Unlink)
-  std::deque<RdmaOp*> pending_;
-  std::deque<RdmaOp*> failed_;  // failed before the provider took them
-  // The provider's transmit queue depth (tx_attr->size). Submit hands it no
-  // more transmits than that at once: efa answers -FI_EAGAIN there itself
-  // (efa_rdm_ope.c: efa_outstanding_tx_ops == efa_max_outstanding_tx_ops,
-  // set from tx_attr->size in efa_rdm_ep_fiops.c), but tcp takes every post
-  // and keeps an entry for each until it completes, so a client that stops
-  // reading would hold a whole transfer's WRITEs there. Transmits recovery
-  // detached wait for nobody and do not count.
-  size_t tx_depth_ = 0;
-  size_t outstanding_ = 0;
-  size_t outstanding_recvs_ = 0;
-  size_t posted_transmits_ = 0;
-  bool batch_open_ = false;         // the last accepted post carried FI_MORE
-  ConfirmedPeers confirmed_peers_;  // may receive FI_MORE batches (chapter 18)
   RemoteWriteCallback on_remote_write_;
+};
 
-  // Recovery's state (common/recovery_nic.h): the hook for error
-  // completions that name no operation, operations detached from their
-  // callers, an AV that refused an insert, and transmits completed (the
-  // transfer watch's view of progress: one writer, readers anywhere).
-  OrphanErrorCallback on_orphan_error_;
-  size_t detached_ = 0;
-  bool av_damaged_ = false;
-  bool reset_wanted_ = false;    // its event queue reported an error
-  uint64_t transmits_done_ = 0;  // published as transmit_completions_ per poll
-  std::atomic<uint64_t> transmit_completions_{0};
+// The NICs that belong to one GPU, used round-robin: each WRITE goes to the
+// next NIC of the group, so all of them stay busy.
+class NetworkGroup {
+ public:
+  explicit NetworkGroup(std::vector<Network*> nets) : nets(std::move(nets)) {}
 
-  CallMeter meter_;
+  // Index of the NIC for the next operation, cycling through the group.
+  size_t GetNext() {
+    size_t index = next_;
+    if (++next_ == nets.size()) next_ = 0;
+    return index;
+  }
+
+  // True while one NIC of the group has `max_pending` operations waiting in
+  // its pending queue: posting more would grow our queue, not the NIC's.
+  bool Backlogged(size_t max_pending) const {
+    for (const Network* net : nets) {
+      if (net->pending() >= max_pending) return true;
+    }
+    return false;
+  }
+
+  std::vector<Network*> nets;
+
+ private:
+  size_t next_ = 0;
 };
 
 // What an efa endpoint said about GPUDirect and its WRITEs when it opened
 // (common/device_rdma.h); not efa: nothing known.
-inline const DeviceRdma& DeviceRdmaOf(const Network& net) { return net.device_rdma_; }
+inline const DeviceRdma& DeviceRdmaOf(const Network& net) { return net.device_rdma(); }
 
 }  // namespace tutorial

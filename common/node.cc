@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "common/result_json.h"
+#include "harness/recovery_nic.h"
 #include "simnic/provider_path.h"
 
 namespace tutorial {
@@ -42,7 +43,7 @@ std::string PciAddressOf(const fi_info& info) {
 }  // namespace
 
 Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size,
-           const NetworkOptions& network_options)
+           const NetworkSetup& setup)
     : buffers_per_gpu_(buffers_per_gpu), buffer_size_(buffer_size) {
   // Before libfabric initialises: it reads FI_PROVIDER_PATH once.
   simnic::UseBuiltProviderIfUnset(options.provider);
@@ -53,7 +54,7 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
   // unless told otherwise.
   if (fabric_.domain.empty() && fabric_.provider == "tcp") fabric_.domain = "lo";
 
-  nic_infos_ = FindNics(fabric_, network_options);
+  nic_infos_ = FindNics(fabric_, setup.edit_hints);
 
   // EFA: every fi_info is a NIC with a PCI address. Other providers have no
   // PCI NICs: each group gets --nics-per-gpu endpoints, endpoint i on the
@@ -132,7 +133,10 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
     }
     std::vector<Network*> group_nets;
     for (size_t nic : groups_[g].nics) {
-      networks_.push_back(std::make_unique<Network>(*nic_info_of_[nic], network_options));
+      const fi_info& info = *nic_info_of_[nic];
+      networks_.push_back(setup.make_network ? setup.make_network(info)
+                                             : std::make_unique<Network>(info));
+      hooks_.push_back(std::make_unique<NicHarness>(*networks_.back()));
       group_nets.push_back(networks_.back().get());
     }
     net_groups_.emplace_back(std::move(group_nets));

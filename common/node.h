@@ -3,6 +3,7 @@
 // buffers registered on every NIC of its group.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -10,20 +11,29 @@
 
 #include "common/buffer.h"
 #include "common/network.h"
-#include "common/network_group.h"
 #include "common/options.h"
 #include "common/topology.h"
 
 namespace tutorial {
+
+// How a chapter's NICs are made: the series' Network unless the chapter
+// brings its own kind (chapters 17 and 18).
+using MakeNetwork = std::function<std::unique_ptr<Network>(const fi_info& info)>;
+
+// What a chapter changes in the library; empty: the series' choices.
+struct NetworkSetup {
+  EditHints edit_hints;      // chapter 16: the threading level
+  MakeNetwork make_network;  // chapters 17, 18: a Network of their own kind
+};
 
 class Node {
  public:
   // Resolves "auto" choices, finds the NICs, builds the groups, opens the
   // networks and registers `buffers_per_gpu` buffers of `buffer_size` bytes
   // per GPU. Throws UsageError / RuntimeError with a one-line message.
-  // `network_options` are the chapter's (see NetworkOptions).
+  // `setup` is the chapter's (see NetworkSetup).
   Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buffer_size,
-       const NetworkOptions& network_options = {});
+       const NetworkSetup& setup = {});
 
   const FabricChoice& fabric() const { return fabric_; }
   size_t num_gpus() const { return groups_.size(); }
@@ -57,7 +67,8 @@ class Node {
   std::vector<NicDescription> nic_descriptions_;
   std::vector<const fi_info*> nic_info_of_;  // per NicDescription
   std::vector<Group> groups_;
-  std::vector<std::unique_ptr<Network>> networks_;  // gpu-major
+  std::vector<std::unique_ptr<Network>> networks_;    // gpu-major
+  std::vector<std::unique_ptr<NetworkHooks>> hooks_;  // one per Network (harness/)
   std::vector<NetworkGroup> net_groups_;
   std::vector<Buffer> buffers_;        // gpu-major
   std::vector<MemoryRegion> regions_;  // (gpu, nic, buffer)

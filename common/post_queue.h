@@ -1,5 +1,9 @@
-// How a NIC's pending queue goes to the provider, apart from the provider
-// itself so that a test can play the provider (tests/post_queue_test.cc).
+// Chapter 18's batches: how a NIC's pending queue goes to the provider with
+// FI_MORE, apart from the provider itself so that a test can play the
+// provider (tests/post_queue_test.cc). `submit(op, flags)` returns 0 when
+// the provider took the op, -FI_EAGAIN when it is busy (the refused op
+// stays at the front), or another negative code when the post failed for
+// good (the op leaves the queue; the caller has reported it).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -38,22 +42,6 @@ void PostPendingQueueInBatches(std::deque<Op*>& queue, size_t free_slots, bool& 
       if (free_slots > 0) --free_slots;
       if (last) break;
     }
-  }
-}
-
-// Posts `queue` in order through `submit(op, flags)`, which returns 0 when
-// the provider took the op, -FI_EAGAIN when it is busy (the refused op
-// stays at the front), or another negative code when the post failed for
-// good (the op leaves the queue; the caller has reported it). The series:
-// every post rings the doorbell (flags 0). With `batching`, chapter 18's
-// way (above).
-template <typename Op, typename MayBatch, typename Submit>
-void PostPendingQueue(std::deque<Op*>& queue, bool batching, size_t free_slots, bool& batch_open,
-                      MayBatch may_batch, Submit submit) {
-  if (batching) return PostPendingQueueInBatches(queue, free_slots, batch_open, may_batch, submit);
-  while (!queue.empty()) {
-    if (submit(queue.front(), uint64_t{0}) == -FI_EAGAIN) return;
-    queue.pop_front();
   }
 }
 

@@ -12,100 +12,164 @@
 #include <thread>
 
 #include "common/counter_rule.h"
-#include "common/cpu_ticks.h"
 #include "common/errors.h"
 #include "common/main_guard.h"
+#include "common/more.h"
+#include "common/op_pool.h"
 #include "common/options.h"
 #include "common/random_fill.h"
-#include "common/recovery.h"
 #include "common/result_json.h"
 #include "common/shutdown.h"
+#include "harness/cpu_ticks.h"
+#include "harness/exercise_hooks.h"
+#include "harness/recovery.h"
+#include "harness/recovery_nic.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 
 WriteJob::WriteJob(Node& node, const ConnectMessage& connect, const RandomFillRequest& request,
                    uint64_t repeat, std::vector<fi_addr_t> peers, ProgressLine& progress,
-                   const std::atomic<bool>* abandon)
+                   const std::atomic<bool>* abandon, WriteJobHooks* hooks)
     : node_(node),
-      connect_(connect),
-      request_(request),
+      groups_(node.net_groups()),
       repeat_(repeat),
-      peers_(std::move(peers)),
       progress_(progress),
       abandon_(abandon),
+      hooks_(hooks),
       num_gpus_(node.num_gpus()),
       nics_per_gpu_(node.nics_per_gpu()),
-      buffers_per_gpu_(node.buffers_per_gpu()) {}
-
-RdmaWrite WriteJob::MakeWrite(size_t gpu, size_t nic, size_t buf, size_t page) const {
-  const uint64_t page_size = request_.page_size;
-  const RemoteRegion& remote = connect_.region(gpu, nic, buf);
-  RdmaWrite write;
-  write.local = static_cast<const char*>(node_.buffer(gpu, buf).data()) + page * page_size;
-  write.length = page_size;
-  write.local_desc = node_.region(gpu, nic, buf).desc();
-  write.peer = peers_[gpu * nics_per_gpu_ + nic];
-  write.remote_addr = remote.addr + uint64_t{request_.page_indices[page]} * page_size;
-  write.remote_key = remote.key;
-  return write;
-}
-
-void WriteJob::AddThreadUsage(const ThreadUsage& usage) {
-  std::lock_guard<std::mutex> lock(usage_mutex_);
-  usage_.wall_ticks += usage.wall_ticks;
-  usage_.cpu_ns += usage.cpu_ns;
-  usage_.involuntary_switches += usage.involuntary_switches;
-  usage_.migrations =
-      usage_.migrations >= 0 && usage.migrations >= 0 ? usage_.migrations + usage.migrations : -1;
-  ++threads_ended_;
-}
-
-bool WriteJob::StagedFailureAfterWarmup(size_t gpu_idx) {
-  auto deadline = Clock::now() + std::chrono::seconds(30);
-  if (gpu_idx == 1) {
-    while (!staged_gpu0_posted_.load() && Clock::now() < deadline) std::this_thread::yield();
-    return true;
-  }
-  if (gpu_idx == 0) {
-    staged_gpu0_posted_.store(true);
-    while (Clock::now() < deadline) {
-      {
-        std::lock_guard<std::mutex> lock(usage_mutex_);
-        if (threads_ended_ > 0) break;
+      buffers_per_gpu_(node.buffers_per_gpu()),
+      page_size_(request.page_size),
+      num_pages_(request.num_pages()),
+      page_indices_(request.page_indices.data()) {
+  for (size_t gpu = 0; gpu < num_gpus_; ++gpu) {
+    for (size_t nic = 0; nic < nics_per_gpu_; ++nic) {
+      for (size_t buf = 0; buf < buffers_per_gpu_; ++buf) {
+        const RemoteRegion& remote = connect.region(gpu, nic, buf);
+        RdmaWrite write;
+        write.local = node.buffer(gpu, buf).data();
+        write.length = page_size_;
+        write.local_desc = node.region(gpu, nic, buf).desc();
+        write.peer = peers[gpu * nics_per_gpu_ + nic];
+        write.remote_addr = remote.addr;
+        write.remote_key = remote.key;
+        targets_.push_back(write);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  return false;
 }
 
-ThreadUsage WriteJob::thread_usage() const {
-  std::lock_guard<std::mutex> lock(usage_mutex_);
-  return usage_;
-}
-
-NetworkCounters SumCounters(Node& node) {
-  NetworkCounters sum;
-  for (size_t g = 0; g < node.num_gpus(); ++g) {
-    for (size_t n = 0; n < node.nics_per_gpu(); ++n) sum += node.net(g, n).meter().counters();
-  }
-  return sum;
-}
-
-NetworkCounters StartCounting(Node& node) {
-  for (size_t g = 0; g < node.num_gpus(); ++g) {
-    for (size_t n = 0; n < node.nics_per_gpu(); ++n) node.net(g, n).meter().ResetPeaks();
-  }
-  return SumCounters(node);
+void WriteJob::WriterDone() {
+  if (hooks_ != nullptr) hooks_->WriterDone();
 }
 
 bool WriteJob::Interrupted() const {
   return StopRequested() || (abandon_ != nullptr && abandon_->load(std::memory_order_relaxed));
 }
 
-void WriteJob::UseGpuOnThisThread(size_t gpu) const {
+void WriteJob::UseGpuOnThisThread(size_t gpu) {
+  // The harness learns of each writer thread once: its first call here.
+  thread_local const WriteJob* told = nullptr;
+  if (told != this && hooks_ != nullptr) {
+    told = this;
+    hooks_->WriterThreadStarted(gpu);
+  }
   MakeCudaDeviceCurrent(node_.groups()[gpu].cuda_device);
 }
+
+namespace {
+
+// The NICs' counters summed (safe while writers run).
+NetworkCounters SumCounters(Node& node) {
+  NetworkCounters sum;
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n)
+      sum += NicHarness::Of(node.net(g, n)).meter().counters();
+  }
+  return sum;
+}
+
+// Restarts the NICs' peak counters and returns SumCounters: the transfer's
+// counters are SumCounters() after it minus this.
+NetworkCounters StartCounting(Node& node) {
+  for (size_t g = 0; g < node.num_gpus(); ++g) {
+    for (size_t n = 0; n < node.nics_per_gpu(); ++n)
+      NicHarness::Of(node.net(g, n)).meter().ResetPeaks();
+  }
+  return SumCounters(node);
+}
+
+// The server's side of a job: how each writer thread ran (for the result
+// line; a writer that runs on the calling thread counts that thread), the
+// NICs' counters over the writer's run, and the drain before the writer
+// goes.
+class JobAccounting final : public WriteJobHooks {
+ public:
+  explicit JobAccounting(Node& node)
+      : node_(node),
+        caller_(std::this_thread::get_id()),
+        caller_start_(SampleThisThread()),
+        before_(StartCounting(node)) {
+    ResetStagedFailure();
+  }
+
+  void WriterThreadStarted(size_t gpu) override {
+    if (std::this_thread::get_id() == caller_) return;
+    NameThisThread("writer-g" + std::to_string(gpu));  // for ps -L, top -H
+    // Reported when the thread ends.
+    thread_local std::unique_ptr<ThreadSampler> sampler;
+    sampler = std::make_unique<ThreadSampler>(*this);
+  }
+
+  void WriterDone() override {
+    counters_ = SumCounters(node_) - before_;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (threads_ended_ == 0) Add(SampleThisThread() - caller_start_);
+    }
+    DrainTransmits(node_, kDrainSeconds);
+  }
+
+  const NetworkCounters& counters() const { return counters_; }
+  ThreadUsage threads() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return usage_;
+  }
+
+ private:
+  struct ThreadSampler {
+    explicit ThreadSampler(JobAccounting& job) : job(job), start(SampleThisThread()) {}
+    ~ThreadSampler() {
+      ThreadUsage used = SampleThisThread() - start;
+      std::lock_guard<std::mutex> lock(job.mutex_);
+      job.Add(used);
+      ++job.threads_ended_;
+      NoteWriterThreadEnded();
+    }
+    JobAccounting& job;
+    ThreadUsage start;
+  };
+
+  void Add(const ThreadUsage& usage) {
+    usage_.wall_ticks += usage.wall_ticks;
+    usage_.cpu_ns += usage.cpu_ns;
+    usage_.involuntary_switches += usage.involuntary_switches;
+    usage_.migrations =
+        usage_.migrations >= 0 && usage.migrations >= 0 ? usage_.migrations + usage.migrations : -1;
+  }
+
+  Node& node_;
+  std::thread::id caller_;
+  ThreadUsage caller_start_;
+  NetworkCounters before_;
+  NetworkCounters counters_;
+  mutable std::mutex mutex_;
+  ThreadUsage usage_{0, 0, 0, 0};  // all zero: migrations known until a thread says not
+  size_t threads_ended_ = 0;
+};
+
+}  // namespace
 
 namespace {
 
@@ -145,7 +209,7 @@ std::string ClientCommand(const std::string& chapter, const ServerOptions& o, co
 // is the one the server prints. The series receives them on NIC 0 itself;
 // a separate endpoint never writes to a client, so a client that dies
 // cannot leave anything on it, and it outlives the rebuilds that give the
-// data NICs a fresh start (common/recovery.h): the next client finds the
+// data NICs a fresh start (harness/recovery.h): the next client finds the
 // server at the same address, on EFA too, which cannot reopen an endpoint
 // at its old address.
 class RandomFillServer {
@@ -232,7 +296,7 @@ class RandomFillServer {
   }
 
   // While a transfer runs or the server recovers from one, the front door
-  // is still answered, from a thread of its own (common/recovery.h, bug B):
+  // is still answered, from a thread of its own (harness/recovery.h, bug B):
   // a CONNECT hears BUSY and its client asks again later; the RANDOM_FILL
   // that follows it is dropped without a word. `what` is what keeps the
   // server busy, for the client's line.
@@ -268,7 +332,7 @@ class RandomFillServer {
 
   // Clients whose CONNECT may be paired with another's RANDOM_FILL (one
   // was pending, or another client's RANDOM_FILL is still owed) all hear
-  // BUSY and ask again (common/recovery.h, OwedFills). Returns a note.
+  // BUSY and ask again (harness/recovery.h, OwedFills). Returns a note.
   std::string TellBusyBeforePairing(const ConnectMessage& connect) {
     std::string notes = TellPendingConnectBusy();
     owed_fills_.Add();
@@ -431,7 +495,7 @@ class RandomFillServer {
   }
 
   // Removes the shm files of the clients served so far whose processes are
-  // gone (a SIGKILL leaves them; common/recovery.h), and remembers
+  // gone (a SIGKILL leaves them; harness/recovery.h), and remembers
   // `current` for later sweeps. Other providers keep no files.
   void SweepPastClients(const ConnectMessage& current) {
     constexpr size_t kRemembered = 64;
@@ -447,7 +511,7 @@ class RandomFillServer {
     if (past_clients_.size() > kRemembered) past_clients_.pop_front();
   }
 
-  // Gives every data endpoint a fresh start (common/recovery.h) after a
+  // Gives every data endpoint a fresh start (harness/recovery.h) after a
   // transfer was abandoned (`always`), or when a NIC needs it (an address
   // vector that refused an insert). The front door is rebuilt only when it
   // needs it itself (a REJECT's insert refused): then, where the provider
@@ -645,6 +709,8 @@ class RandomFillServer {
     FillBuffers(request);
 
     WriteOutcome outcome;
+    NetworkCounters counters;
+    ThreadUsage threads;
     {
       TransferWatch watch(node_, kStallSeconds, connect.nic_addresses[0]);
       {
@@ -655,9 +721,13 @@ class RandomFillServer {
       uint64_t total =
           node_.num_gpus() * node_.buffers_per_gpu() * request.num_pages() * options_.repeat;
       ProgressLine progress(total, request.page_size, node_.link_gbps());
-      WriteJob job(node_, connect, request, options_.repeat, peers, progress, watch.flag());
+      JobAccounting accounting(node_);
+      WriteJob job(node_, connect, request, options_.repeat, peers, progress, watch.flag(),
+                   &accounting);
       try {
         outcome = run_writer_(job);
+        counters = accounting.counters();
+        threads = accounting.threads();
       } catch (const std::exception& e) {
         // The writer is gone without a drain: its callbacks must never run.
         for (size_t g = 0; g < node_.num_gpus(); ++g) {
@@ -691,7 +761,7 @@ class RandomFillServer {
     if (!outcome.ok) DrainTransmits(node_, kDrainSeconds);
     RemovePeers(peers);
     // Every transfer ends with fresh data endpoints, not only a failed one
-    // (common/recovery.h, bug A): no removed peer's slot is ever reused.
+    // (harness/recovery.h, bug A): no removed peer's slot is ever reused.
     std::string repaired = RebuildNetworks(node_);
     if (outcome.ok) repaired.clear();
     busy_ = false;
@@ -720,13 +790,14 @@ class RandomFillServer {
       ++failed_;
       std::printf("Transfer abandoned: %s%s\n", outcome.error.c_str(), repaired.c_str());
     }
-    RecordResult(request, outcome);
+    RecordResult(request, outcome, counters, threads);
     std::printf("------\nWaiting for a client (Ctrl-C to stop).\n");
     std::fflush(stdout);
     return outcome.ok;
   }
 
-  void RecordResult(const RandomFillRequest& request, const WriteOutcome& outcome) {
+  void RecordResult(const RandomFillRequest& request, const WriteOutcome& outcome,
+                    const NetworkCounters& c, const ThreadUsage& t) {
     if (options_.result_json.empty()) return;
     nlohmann::json r = ResultRecord(chapter_, "server");
     r["provider"] = node_.fabric().provider;
@@ -749,7 +820,6 @@ class RandomFillServer {
     r["simulated"] = !model.empty();
     if (!model.empty()) r["model"] = model;
     // What the chapter's idea moves (docs/README.md, "Counters").
-    const NetworkCounters& c = outcome.counters;
     r["counter_rule"] = kCounterRule;  // what the counts below mean (counter_rule.h)
     r["writes"] = c.writes;
     r["post_calls"] = c.post_calls;
@@ -760,7 +830,6 @@ class RandomFillServer {
     r["cq_entries"] = c.cq_entries;
     r["op_allocations"] = c.op_allocations;
     r["longest_write_run"] = c.longest_write_run;
-    const ThreadUsage& t = outcome.threads;
     if (t.migrations >= 0) {
       r["migrations"] = t.migrations;
     } else {
@@ -785,8 +854,8 @@ class RandomFillServer {
     r["threading"] = granted == FI_THREAD_SAFE     ? "FI_THREAD_SAFE"
                      : granted == FI_THREAD_DOMAIN ? "FI_THREAD_DOMAIN"
                                                    : "other";
-    r["op_pool"] = node_.net(0, 0).options().op_pool;
-    r["doorbell_batching"] = node_.net(0, 0).options().doorbell_batching;
+    r["op_pool"] = dynamic_cast<const PooledNetwork*>(&node_.net(0, 0)) != nullptr;
+    r["doorbell_batching"] = dynamic_cast<const MoreNetwork*>(&node_.net(0, 0)) != nullptr;
     AppendResult(options_.result_json, r);
   }
 
@@ -831,16 +900,16 @@ class RandomFillServer {
 }  // namespace
 
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
-               const NetworkOptions& network_options) {
+               const NetworkSetup& setup) {
   std::string program = chapter + "/server";
   return GuardedMain(program.c_str(), [&]() -> int {
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
     InstallStopHandlers();
     InstallCrashGuard(program.c_str());
-    // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
+    // Ctrl-C waits while the endpoints open (harness/recovery.h, bug B).
     std::optional<StopSignalsHeld> held(std::in_place);
-    Node node(options, kBuffersPerGpu, options.buffer_size, network_options);
+    Node node(options, kBuffersPerGpu, options.buffer_size, setup);
     held.reset();
     node.PrintSummary(std::cout);
     std::cout.flush();
@@ -848,6 +917,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     TicksPerNanosecond();  // calibrated once, before anything is timed
     // The front door: the address clients know (see RandomFillServer).
     Network front_door(node.net(0, 0).info());
+    NicHarness front_door_harness(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
     // The server then ends with exit code 3, and a supervisor starts a new
     // one (common/shutdown.h says why it does not restart itself).

@@ -17,11 +17,11 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/call_meter.h"
 #include "common/main_guard.h"
 #include "common/network.h"
 #include "common/shm_names.h"
-#include "common/thread_stats.h"
+#include "harness/recovery_nic.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -206,15 +206,15 @@ void ProviderWatchdog::Watch() {
     double tick = std::chrono::duration<double>(now - last_tick).count();
     last_tick = now;
     for (size_t i = 0; i < networks_.size(); ++i) {
-      uint64_t started = networks_[i]->meter().started();
-      uint64_t finished = networks_[i]->meter().finished();
+      uint64_t started = NicHarness::Of(*networks_[i]).meter().started();
+      uint64_t finished = NicHarness::Of(*networks_[i]).meter().finished();
       if (started != seen[i].started || finished != seen[i].finished || started == finished) {
         seen[i] = Seen{started, finished, ProgressClock()};
         continue;
       }
       // Only time in which the caller ran or slept counts: one that got no
-      // core (common/thread_stats.h) is late, not stuck.
-      seen[i].inside.Tick(tick, SampleThread(networks_[i]->meter().caller()));
+      // core (harness/thread_stats.h) is late, not stuck.
+      seen[i].inside.Tick(tick, SampleThread(NicHarness::Of(*networks_[i]).meter().caller()));
       if (seen[i].inside.seconds() > stuck_seconds_) {
         EndStuck(i, seen[i].inside.counted_ticks(), seen[i].inside.longest_tick());
       }
@@ -233,7 +233,7 @@ void ProviderWatchdog::LetCallsReturn(size_t stuck) {
   for (;;) {
     bool inside = false;
     for (size_t i = 0; i < networks_.size(); ++i) {
-      const CallMeter& meter = networks_[i]->meter();
+      const CallMeter& meter = NicHarness::Of(*networks_[i]).meter();
       if (i != stuck && meter.started() != meter.finished()) inside = true;
     }
     if (!inside || std::chrono::steady_clock::now() > deadline) return;
@@ -248,7 +248,7 @@ void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
                              ? info.fabric_attr->prov_name
                              : "unknown";
   const bool shm = std::strcmp(provider, "shm") == 0;
-  const CallMeter& meter = networks_[index]->meter();
+  const CallMeter& meter = NicHarness::Of(*networks_[index]).meter();
   char what[400];
   std::snprintf(what, sizeof(what),
                 "NIC %zu (%s, provider %s) has been stuck inside one libfabric call (%s) for "

@@ -11,7 +11,7 @@
 // than the receive posted for it in an endless loop, holding its own lock.
 // The ProviderWatchdog notices a provider call that has not returned for a
 // while (time in which the calling thread got no core does not count:
-// common/thread_stats.h) and ends the process with one line on stderr,
+// harness/thread_stats.h) and ends the process with one line on stderr,
 // shm's files removed, and exit code kExitProviderFailed
 // (common/main_guard.h).
 //
@@ -24,7 +24,7 @@
 // prints and writes to --address-file. How to run one:
 // docs/provider-failures.md, "Under a supervisor". A lost client, the
 // common case, ends nothing: only the data endpoints are rebuilt
-// (common/recovery.h).
+// (harness/recovery.h).
 #pragma once
 
 #include <condition_variable>
@@ -45,7 +45,7 @@ bool StopRequested();
 struct StuckPolicy {
   // Runs (on the watchdog's thread) right before the process exits: e.g. a
   // client removes the files of a server that died holding the lock it is
-  // stuck on (common/recovery.h).
+  // stuck on (harness/recovery.h).
   std::function<void()> before_exit;
 };
 

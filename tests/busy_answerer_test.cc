@@ -1,4 +1,4 @@
-// BusyAnswerer (common/recovery.h): the thread that answers other clients
+// BusyAnswerer (harness/recovery.h): the thread that answers other clients
 // BUSY during a transfer. It looks at the front door over and over while
 // there is something to answer, and otherwise waits kBusyAnswererNap
 // between looks: a thread that sleeps and wakes every millisecond beside the
@@ -11,7 +11,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/recovery.h"
+#include "harness/recovery.h"
 
 namespace tutorial {
 namespace {

@@ -161,7 +161,7 @@ class DyingPeersTest(unittest.TestCase):
             return stale
         # The server removes a dead client's files once it has seen the
         # process gone for a second (after every name it sent was read:
-        # common/recovery.h, bug B); give it a few.
+        # harness/recovery.h, bug B); give it a few.
         wait_for(lambda: not stale_files(), 5, 0.1)
         self.assertEqual(stale_files(), [], f"{context}: stale /dev/shm files of processes gone")
 

@@ -11,7 +11,7 @@
 #include "common/device_rdma.h"
 #include "common/errors.h"
 #include "common/network.h"
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 
 namespace tutorial {
 namespace {
@@ -36,12 +36,12 @@ TEST(EfaRulesTest, ApiVersionIsTheHeadersCappedByTheLibrary) {
 // prov/efa/src/efa_prov.c: from 2.1 the efa-direct entries come first with
 // the same domain names; we name the `efa` fabric (efa.h: EFA_FABRIC_NAME).
 TEST(EfaRulesTest, HintsNameTheEfaFabric) {
-  FiInfoPtr hints = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""}, NetworkOptions{});
+  FiInfoPtr hints = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""});
   ASSERT_NE(hints->fabric_attr->name, nullptr);
   EXPECT_STREQ(hints->fabric_attr->name, "efa");
   EXPECT_STREQ(hints->fabric_attr->prov_name, "efa");
   // Other providers' fabrics are not named.
-  FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""}, NetworkOptions{});
+  FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""});
   EXPECT_EQ(shm->fabric_attr->name, nullptr);
 }
 
@@ -51,13 +51,13 @@ TEST(EfaRulesTest, HintsNameTheEfaFabric) {
 // no shm endpoint per NIC, no shm copy of every registration. shm's own
 // hints are left alone (it is local communication only).
 TEST(EfaRulesTest, EfaHintsAskForRemotePeersOnlySoEfaOpensNoShm) {
-  FiInfoPtr efa = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""}, NetworkOptions{});
+  FiInfoPtr efa = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""});
   EXPECT_TRUE(efa->caps & FI_REMOTE_COMM);
   EXPECT_FALSE(efa->caps & FI_LOCAL_COMM);
-  FiInfoPtr cuda = MakeHints(FabricChoice{"efa", MemoryKind::kCuda, ""}, NetworkOptions{});
+  FiInfoPtr cuda = MakeHints(FabricChoice{"efa", MemoryKind::kCuda, ""});
   EXPECT_TRUE(cuda->caps & FI_REMOTE_COMM);
   EXPECT_FALSE(cuda->caps & FI_LOCAL_COMM);
-  FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""}, NetworkOptions{});
+  FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""});
   EXPECT_FALSE(shm->caps & (FI_REMOTE_COMM | FI_LOCAL_COMM));
 }
 
@@ -65,7 +65,7 @@ TEST(EfaRulesTest, EfaHintsAskForRemotePeersOnlySoEfaOpensNoShm) {
 // memory with FI_MR_HMEM, per-operation scratch space (FI_CONTEXT2 for
 // efa-direct), and the chapter's threading level.
 TEST(EfaRulesTest, HintsCarryEfaModesAndTheChaptersThreading) {
-  FiInfoPtr series = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""}, NetworkOptions{});
+  FiInfoPtr series = MakeHints(FabricChoice{"efa", MemoryKind::kHost, ""});
   uint64_t required = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   EXPECT_EQ(series->domain_attr->mr_mode & required, required);
   EXPECT_TRUE(series->mode & FI_CONTEXT2);
@@ -73,8 +73,7 @@ TEST(EfaRulesTest, HintsCarryEfaModesAndTheChaptersThreading) {
   EXPECT_EQ(series->domain_attr->threading, FI_THREAD_SAFE);  // the series'
   EXPECT_FALSE(series->caps & FI_HMEM);
 
-  NetworkOptions ours;
-  ours.threading = FI_THREAD_DOMAIN;
+  EditHints ours = [](fi_info& hints) { hints.domain_attr->threading = FI_THREAD_DOMAIN; };
   FiInfoPtr cuda = MakeHints(FabricChoice{"efa", MemoryKind::kCuda, ""}, ours);
   EXPECT_TRUE(cuda->caps & FI_HMEM);
   EXPECT_TRUE(cuda->domain_attr->mr_mode & FI_MR_HMEM);
@@ -182,8 +181,7 @@ struct FakeEfaEndpoint {
 };
 
 FiInfoPtr EfaInfo(bool cuda) {
-  FiInfoPtr info = MakeHints(FabricChoice{"efa", cuda ? MemoryKind::kCuda : MemoryKind::kHost, ""},
-                             NetworkOptions{});
+  FiInfoPtr info = MakeHints(FabricChoice{"efa", cuda ? MemoryKind::kCuda : MemoryKind::kHost, ""});
   return info;
 }
 
@@ -252,7 +250,7 @@ TEST(EfaRulesTest, OnlyGpuMemoryOverEfaAsksForGpuDirect) {
   EXPECT_FALSE(rdma.p2p_required);
 
   FakeEfaEndpoint shm;
-  FiInfoPtr info = MakeHints(FabricChoice{"shm", MemoryKind::kCuda, ""}, NetworkOptions{});
+  FiInfoPtr info = MakeHints(FabricChoice{"shm", MemoryKind::kCuda, ""});
   rdma = ApplyEfaEndpointRules(*info, shm.Options());
   EXPECT_EQ(shm.sets + shm.gets, 0);
   EXPECT_FALSE(rdma.efa);

@@ -1,4 +1,4 @@
-// OwedFills (common/recovery.h): the RANDOM_FILLs still owed by clients told
+// OwedFills (harness/recovery.h): the RANDOM_FILLs still owed by clients told
 // BUSY. A client that died after its CONNECT owes one forever; a live client
 // that keeps retrying must not keep that debt alive (it did once: every
 // retry reset one shared clock, and the live client heard BUSY until its
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/recovery.h"
+#include "harness/recovery.h"
 
 namespace tutorial {
 namespace {

@@ -47,25 +47,12 @@ std::deque<FakeOp*> MakeQueue(std::vector<FakeOp>& ops) {
 
 auto IsWrite = [](const FakeOp* op) { return op->write; };
 
-TEST(PostQueueTest, TheSeriesPostsWithoutFiMoreUntilRefused) {
-  std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
-  auto queue = MakeQueue(ops);
-  FakeProvider provider;
-  provider.refuse_at = {2};
-  bool open = false;
-  PostPendingQueue(queue, /*batching=*/false, 100, open, IsWrite, std::ref(provider));
-  EXPECT_EQ(provider.accepted_ids, (std::vector<int>{0, 1}));
-  EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{0, 0}));
-  ASSERT_EQ(queue.size(), 2u);  // the refused op stays at the front
-  EXPECT_EQ(queue.front()->id, 2);
-}
-
 TEST(PostQueueTest, ABatchEndsWithoutFiMore) {
   std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
   auto queue = MakeQueue(ops);
   FakeProvider provider;
   bool open = false;
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, FI_MORE, FI_MORE, 0}));
   EXPECT_FALSE(open);
   EXPECT_TRUE(queue.empty());
@@ -76,7 +63,7 @@ TEST(PostQueueTest, NoBatchIsLargerThanTheFreeTransmitSlots) {
   auto queue = MakeQueue(ops);
   FakeProvider provider;
   bool open = false;
-  PostPendingQueue(queue, true, /*free_slots=*/2, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, /*free_slots=*/2, open, IsWrite, std::ref(provider));
   // Two slots: one batch of two, then (the queue may be full) one post at a
   // time, each closed.
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, 0, 0, 0, 0}));
@@ -89,11 +76,11 @@ TEST(PostQueueTest, ABatchCutShortByEagainIsClosedByTheNextPost) {
   FakeProvider provider;
   provider.refuse_at = {2};  // the third post (FI_MORE) is refused
   bool open = false;
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, FI_MORE}));
   EXPECT_TRUE(open);  // the NIC holds two WRITEs waiting for a doorbell
   // The next attempt (after the next completion-queue read) must ring it.
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   ASSERT_GE(provider.accepted_flags.size(), 3u);
   EXPECT_EQ(provider.accepted_flags[2], 0u) << "the open batch was not closed";
   EXPECT_EQ(provider.accepted_flags.back(), 0u);
@@ -114,7 +101,7 @@ TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbell) {
     }
     bool open = false;
     for (int attempt = 0; attempt < 50 && !queue.empty(); ++attempt) {
-      PostPendingQueue(queue, true, 4, open, IsWrite, std::ref(provider));
+      PostPendingQueueInBatches(queue, 4, open, IsWrite, std::ref(provider));
     }
     ASSERT_TRUE(queue.empty()) << "pattern " << pattern;
     EXPECT_FALSE(open) << "pattern " << pattern;
@@ -134,14 +121,14 @@ TEST(PostQueueTest, AFailedCloserLeavesTheBatchOpen) {
   FakeProvider provider;
   provider.fail_ids = {3};  // the closing post (no FI_MORE) fails
   bool open = false;
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, FI_MORE, FI_MORE}));
   EXPECT_TRUE(queue.empty());
   EXPECT_TRUE(open) << "no doorbell rang for the three WRITEs";
   // The next post closes it.
   FakeOp next{4};
   queue.push_back(&next);
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_flags.back(), 0u);
   EXPECT_FALSE(open);
 }
@@ -152,7 +139,7 @@ TEST(PostQueueTest, AFailedPostMidBatchIsClosedByTheNextPost) {
   FakeProvider provider;
   provider.fail_ids = {1};
   bool open = false;
-  PostPendingQueue(queue, true, 100, open, IsWrite, std::ref(provider));
+  PostPendingQueueInBatches(queue, 100, open, IsWrite, std::ref(provider));
   EXPECT_EQ(provider.accepted_ids, (std::vector<int>{0, 2, 3, 4}));
   // 0 went out with FI_MORE; 2 rings its doorbell alone; 3 and 4 batch.
   EXPECT_EQ(provider.accepted_flags, (std::vector<uint64_t>{FI_MORE, 0, FI_MORE, 0}));
@@ -170,7 +157,7 @@ TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbellDespiteFailures) {
       if (pattern & (1 << bit)) provider.fail_ids.push_back(bit);
     }
     bool open = false;
-    PostPendingQueue(queue, true, 4, open, IsWrite, std::ref(provider));
+    PostPendingQueueInBatches(queue, 4, open, IsWrite, std::ref(provider));
     ASSERT_TRUE(queue.empty()) << "pattern " << pattern;
     EXPECT_FALSE(open) << "pattern " << pattern;
     EXPECT_EQ(provider.accepted_flags.back(), 0u) << "pattern " << pattern;
@@ -216,8 +203,8 @@ TEST(PostQueueTest, WritesToAPeerThatHasNotAnsweredGoAloneWithoutFiMore) {
   confirmed.Confirm(1);  // peer 1 has answered, peer 0 not yet
   std::vector<uint64_t> flags;
   bool open = false;
-  PostPendingQueue(
-      queue, true, 100, open, [&](const PeerOp* op) { return confirmed.Confirmed(op->peer); },
+  PostPendingQueueInBatches(
+      queue, 100, open, [&](const PeerOp* op) { return confirmed.Confirmed(op->peer); },
       [&](PeerOp*, uint64_t f) -> ssize_t {
         flags.push_back(f);
         return 0;

@@ -25,7 +25,7 @@
 #include "common/errors.h"
 #include "common/messages.h"
 #include "common/network.h"
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 #include "tests/process.h"
 
 namespace tutorial::testing {
@@ -121,7 +121,7 @@ class LiveServer {
   }
 
   // Read each time: after an abandoned transfer an shm or efa server comes
-  // back with a new NIC 0 address and rewrites the file (common/recovery.h).
+  // back with a new NIC 0 address and rewrites the file (harness/recovery.h).
   std::string address_hex() const {
     std::string hex = ReadFile(dir_.File("address"));
     hex.erase(hex.find_last_not_of('\n') + 1);
@@ -250,6 +250,7 @@ class RawSender {
   RawSender(const std::string& provider, const std::vector<uint8_t>& server_address)
       : infos_(FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""})),
         net_(*infos_[0]),
+        harness_(net_),
         send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, 2 * kMaxMessageSize)),
         send_region_(net_.Register(send_buffer_)),
         target_(Buffer::Allocate(MemoryKind::kHost, -1, kBufferSize)),
@@ -323,6 +324,7 @@ class RawSender {
 
   std::vector<FiInfoPtr> infos_;
   Network net_;
+  NicHarness harness_;
   Buffer send_buffer_;
   MemoryRegion send_region_;
   Buffer target_;
@@ -877,6 +879,7 @@ TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
   const std::string provider = GetParam();
   auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
   Network net(*infos[0]);
+  NicHarness harness(net);
   Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
   MemoryRegion region = net.Register(buffer);
   std::vector<uint8_t> old_address = net.address();

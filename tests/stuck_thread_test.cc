@@ -18,7 +18,7 @@
 #include "common/errors.h"
 #include "common/main_guard.h"
 #include "common/shutdown.h"
-#include "common/thread_stats.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {

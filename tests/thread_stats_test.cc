@@ -1,5 +1,5 @@
-// The watchdogs' view of a thread (common/thread_stats.h).
-#include "common/thread_stats.h"
+// The watchdogs' view of a thread (harness/thread_stats.h).
+#include "harness/thread_stats.h"
 
 #include <gtest/gtest.h>
 

@@ -302,7 +302,7 @@ class Run:
             30)
         # A process killed with SIGKILL leaves its /dev/shm files; the server
         # removes them once it has seen the process dead for a second, at a
-        # poll of its front door (StaleFileSweeper, common/recovery.h): what
+        # poll of its front door (StaleFileSweeper, harness/recovery.h): what
         # is still there SWEEP_GRACE seconds later is stale.
         wait_for(lambda: not stale_shm(self.pids), SWEEP_GRACE)
         rec["stale_shm"] = stale_shm(self.pids)

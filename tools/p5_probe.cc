@@ -17,7 +17,6 @@
 #include <cstring>
 #include <string>
 
-#include "common/fabric_handles.h"
 #include "common/network.h"
 
 namespace {

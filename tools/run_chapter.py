@@ -373,7 +373,7 @@ def run_once(args, chapter, echo=True):
                 not os.environ.get("TUTORIAL_HELPER_CPUS"):
             # The server's helper threads (its watches, the front door's BUSY
             # answerer) wake every 20-50 ms: off the writers' CPUs
-            # (common/thread_stats.h), and off the engines' where CPUs are
+            # (harness/thread_stats.h), and off the engines' where CPUs are
             # left over.
             free = args.simnic_engine_cpus
             engines = getattr(args, "simnic_engine_threads", None) or 1

@@ -27,7 +27,6 @@ class RandomFillWriter {
   explicit RandomFillWriter(WriteJob& job) : job_(job), write_states_(job.num_gpus()) {}
 
   WriteOutcome Run() {
-    WriteJob::ThreadStats thread_stats(job_);  // for the result line
     std::printf("Started RDMA WRITE to the remote memory.\n");
     job_.progress().Start();
     while (state_ != State::kDone) {

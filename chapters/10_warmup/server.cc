@@ -31,7 +31,6 @@ class RandomFillWriter {
   explicit RandomFillWriter(WriteJob& job) : job_(job), write_states_(job.num_gpus()) {}
 
   WriteOutcome Run() {
-    WriteJob::ThreadStats thread_stats(job_);  // for the result line
     while (state_ != State::kDone) {
       if (job_.Interrupted()) Fail("interrupted");
       for (size_t gpu_idx = 0; gpu_idx < job_.num_gpus(); ++gpu_idx) {

@@ -34,8 +34,6 @@ class RandomFillWriter {
     threads.reserve(job_.num_gpus());
     for (size_t gpu_idx = 0; gpu_idx < job_.num_gpus(); ++gpu_idx) {
       threads.emplace_back([this, gpu_idx] {
-        WriteJob::ThreadStats thread_stats(job_);                        // for the result line
-        tutorial::NameThisThread("writer-g" + std::to_string(gpu_idx));  // for ps -L, top -H
         job_.UseGpuOnThisThread(gpu_idx);
         auto& nets = job_.group(gpu_idx).nets;
         while (state_ != State::kDone) {

@@ -46,8 +46,6 @@ class RandomFillWriter {
       distinct_cpus.insert(preferred_cpu);
       threads.emplace_back([this, gpu_idx, preferred_cpu] {
         PinThisThread(preferred_cpu);
-        WriteJob::ThreadStats thread_stats(job_);                        // for the result line
-        tutorial::NameThisThread("writer-g" + std::to_string(gpu_idx));  // for ps -L, top -H
         job_.UseGpuOnThisThread(gpu_idx);
         auto& nets = job_.group(gpu_idx).nets;
         while (state_ != State::kDone) {

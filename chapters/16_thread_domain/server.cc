@@ -4,8 +4,7 @@
 // during a transfer, the main thread between transfers. So the domain can
 // be opened FI_THREAD_DOMAIN instead of the series' FI_THREAD_SAFE, and the
 // provider may leave out the lock it takes around every post and every
-// completion-queue read. The chapter passes that one option to common/;
-// docs/16_thread_domain.md shows the library code it turns on.
+// completion-queue read. The chapter changes that one hint (main() below).
 #include "common/server.h"
 
 #include <pthread.h>
@@ -28,6 +27,15 @@ using tutorial::RdmaOp;
 using tutorial::WriteJob;
 using tutorial::WriteOutcome;
 
+// The series' LazyPostWrite: the WRITE only joins the NIC's pending queue
+// ("caller needs to poll completion to progress pending ops"); the NIC's
+// next PollCompletion() posts it, right after reading the completion queue.
+void LazyPostWrite(Network& net, const tutorial::RdmaWrite& write, tutorial::OpCallback callback) {
+  RdmaOp* op = net.NewOp(tutorial::OpType::kWrite, std::move(callback));
+  op->write = write;
+  net.pending_ops.push_back(op);
+}
+
 // The in-flight window: a GPU's thread stops posting while one NIC of its
 // group has this many WRITEs waiting in our queue for the provider.
 constexpr size_t kMaxPendingWrites = 64;
@@ -48,8 +56,6 @@ class RandomFillWriter {
       distinct_cpus.insert(preferred_cpu);
       threads.emplace_back([this, gpu_idx, preferred_cpu] {
         PinThisThread(preferred_cpu);
-        WriteJob::ThreadStats thread_stats(job_);                        // for the result line
-        tutorial::NameThisThread("writer-g" + std::to_string(gpu_idx));  // for ps -L, top -H
         job_.UseGpuOnThisThread(gpu_idx);
         auto& nets = job_.group(gpu_idx).nets;
         while (state_ != State::kDone) {
@@ -144,9 +150,8 @@ class RandomFillWriter {
     for (size_t k = 0; k < group.nets.size(); ++k) {
       size_t net_idx = group.GetNext();
       for (size_t buf_idx = 0; buf_idx < job_.buffers_per_gpu(); ++buf_idx) {
-        group.nets[net_idx]->LazyPostWrite(
-            job_.MakeWrite(gpu_idx, net_idx, buf_idx, 0),
-            [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
+        LazyPostWrite(*group.nets[net_idx], job_.MakeWrite(gpu_idx, net_idx, buf_idx, 0),
+                      [this](Network& net, RdmaOp& op) { HandleWarmupCompletion(net, op); });
       }
     }
     s.warmup_posted = true;
@@ -177,8 +182,8 @@ class RandomFillWriter {
       if (s.i_repeat == job_.repeat()) return;
       if (group.Backlogged(kMaxPendingWrites)) return;
       size_t net_idx = group.GetNext();
-      group.nets[net_idx]->LazyPostWrite(
-          job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
+      LazyPostWrite(
+          *group.nets[net_idx], job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page),
           [this, gpu_idx](Network& net, RdmaOp& op) { HandleWriteCompletion(gpu_idx, net, op); });
       Bump(counters_[gpu_idx].posted_write_ops);
       if (++s.i_page == job_.num_pages()) {
@@ -230,7 +235,9 @@ class RandomFillWriter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tutorial::NetworkOptions options;      // the series' mechanisms, except:
-  options.threading = FI_THREAD_DOMAIN;  // one thread per NIC at a time
-  return tutorial::RunServer<RandomFillWriter>(argc, argv, "16_thread_domain", options);
+  tutorial::NetworkSetup setup;  // the series' mechanisms, except:
+  setup.edit_hints = [](fi_info& hints) {
+    hints.domain_attr->threading = FI_THREAD_DOMAIN;  // one thread per NIC at a time
+  };
+  return tutorial::RunServer<RandomFillWriter>(argc, argv, "16_thread_domain", setup);
 }

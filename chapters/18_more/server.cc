@@ -8,7 +8,8 @@
 // libfabric 1.22). No batch is larger than the transmit queue's free
 // slots, and every batch is closed by a post without FI_MORE, even one the
 // provider cut short: on EFA a WRITE left waiting behind FI_MORE would
-// stall the NIC. The library switch is NetworkOptions' doorbell_batching.
+// stall the NIC. The batches are common/more.h's MoreNetwork (chapter 17's
+// pool, posted in batches), which main() makes every NIC.
 #include "common/server.h"
 
 #include <pthread.h>
@@ -23,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/more.h"
+
 namespace {
 
 using tutorial::Clock;
@@ -30,6 +33,15 @@ using tutorial::Network;
 using tutorial::RdmaOp;
 using tutorial::WriteJob;
 using tutorial::WriteOutcome;
+
+// The series' LazyPostWrite (chapter 15), with an operation from the
+// NIC's pool that `handler` completes: every NIC of this server is a
+// PooledNetwork (main() below).
+void LazyPostWrite(Network& net, const tutorial::RdmaWrite& write,
+                   tutorial::CompletionHandler* handler, uint64_t user) {
+  auto& pooled = static_cast<tutorial::PooledNetwork&>(net);
+  net.pending_ops.push_back(pooled.NewWriteOp(write, handler, user));
+}
 
 // The in-flight window: a GPU's thread stops posting while one NIC of its
 // group has this many WRITEs waiting in our queue for the provider.
@@ -51,8 +63,6 @@ class RandomFillWriter : public tutorial::CompletionHandler {
       distinct_cpus.insert(preferred_cpu);
       threads.emplace_back([this, gpu_idx, preferred_cpu] {
         PinThisThread(preferred_cpu);
-        WriteJob::ThreadStats thread_stats(job_);                        // for the result line
-        tutorial::NameThisThread("writer-g" + std::to_string(gpu_idx));  // for ps -L, top -H
         job_.UseGpuOnThisThread(gpu_idx);
         auto& nets = job_.group(gpu_idx).nets;
         while (state_ != State::kDone) {
@@ -147,8 +157,8 @@ class RandomFillWriter : public tutorial::CompletionHandler {
     for (size_t k = 0; k < group.nets.size(); ++k) {
       size_t net_idx = group.GetNext();
       for (size_t buf_idx = 0; buf_idx < job_.buffers_per_gpu(); ++buf_idx) {
-        group.nets[net_idx]->LazyPostWrite(job_.MakeWrite(gpu_idx, net_idx, buf_idx, 0), this,
-                                           kWarmupOp);
+        LazyPostWrite(*group.nets[net_idx], job_.MakeWrite(gpu_idx, net_idx, buf_idx, 0), this,
+                      kWarmupOp);
       }
     }
     s.warmup_posted = true;
@@ -187,8 +197,8 @@ class RandomFillWriter : public tutorial::CompletionHandler {
       if (s.i_repeat == job_.repeat()) return;
       if (group.Backlogged(kMaxPendingWrites)) return;
       size_t net_idx = group.GetNext();
-      group.nets[net_idx]->LazyPostWrite(job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page), this,
-                                         gpu_idx);
+      LazyPostWrite(*group.nets[net_idx], job_.MakeWrite(gpu_idx, net_idx, s.i_buf, s.i_page), this,
+                    gpu_idx);
       Bump(counters_[gpu_idx].posted_write_ops);
       if (++s.i_page == job_.num_pages()) {
         s.i_page = 0;
@@ -239,9 +249,13 @@ class RandomFillWriter : public tutorial::CompletionHandler {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tutorial::NetworkOptions options;      // the series' mechanisms, except:
-  options.threading = FI_THREAD_DOMAIN;  // one thread per NIC at a time
-  options.op_pool = true;                // operations reused, no allocation
-  options.doorbell_batching = true;      // FI_MORE: one doorbell per batch
-  return tutorial::RunServer<RandomFillWriter>(argc, argv, "18_more", options);
+  tutorial::NetworkSetup setup;  // the series' mechanisms, except:
+  setup.edit_hints = [](fi_info& hints) {
+    hints.domain_attr->threading = FI_THREAD_DOMAIN;  // one thread per NIC at a time
+  };
+  setup.make_network = [](const fi_info& info) {
+    // Chapter 17's pool, and FI_MORE: one doorbell per batch.
+    return std::make_unique<tutorial::MoreNetwork>(info);
+  };
+  return tutorial::RunServer<RandomFillWriter>(argc, argv, "18_more", setup);
 }

@@ -1,4 +1,4 @@
-#include "common/recovery.h"
+#include "harness/recovery.h"
 
 #include <dirent.h>
 #include <rdma/fabric.h>
@@ -19,7 +19,7 @@
 #include "common/progress.h"
 #include "common/shm_names.h"
 #include "common/shutdown.h"
-#include "common/thread_stats.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 namespace {
@@ -73,8 +73,9 @@ bool DrainTransmits(Node& node, double seconds) {
 
 TransferWatch::TransferWatch(Node& node, double stall_seconds, std::vector<uint8_t> client)
     : node_(node), stall_seconds_(stall_seconds), client_(std::move(client)) {
-  ForEachNet(
-      [this](size_t, size_t, Network& net) { start_counts_.push_back(net.meter().counters()); });
+  ForEachNet([this](size_t, size_t, Network& net) {
+    start_counts_.push_back(NicHarness::Of(net).meter().counters());
+  });
   ForEachNet([this](size_t, size_t, Network& net) {
     Recovery::OnOrphanError(net, [this](Network& failed, const std::string& error) {
       Abandon(failed.name() + " reported a failed write without naming it (" + error +
@@ -113,7 +114,7 @@ std::string TransferWatch::CountsSinceStart() {
   std::string text;
   size_t i = 0;
   ForEachNet([&](size_t g, size_t n, Network& net) {
-    NetworkCounters c = net.meter().counters() - start_counts_[i++];
+    NetworkCounters c = NicHarness::Of(net).meter().counters() - start_counts_[i++];
     if (c.writes == c.cq_entries) return;  // only the NICs that owe completions
     text += (text.empty() ? "" : ", ") + NicName(g, n) + " took " + std::to_string(c.writes) +
             " WRITEs and completed " + std::to_string(c.cq_entries) + " (" +
@@ -141,7 +142,7 @@ void TransferWatch::Watch() {
   uint64_t last = Completions();
   // Time without a completion counts only while the threads that poll the
   // NICs get a core: one that does not cannot see the completions
-  // (common/thread_stats.h). One clock per NIC's polling thread; the stall
+  // (harness/thread_stats.h). One clock per NIC's polling thread; the stall
   // is the shortest of them.
   std::vector<ProgressClock> stalled;
   ForEachNet([&stalled](size_t, size_t, Network&) { stalled.emplace_back(); });
@@ -177,7 +178,7 @@ void TransferWatch::Watch() {
     size_t i = 0;
     double stall = stall_seconds_ + 1;
     ForEachNet([&](size_t, size_t, Network& net) {
-      stalled[i].Tick(tick, SampleThread(net.meter().caller()));
+      stalled[i].Tick(tick, SampleThread(NicHarness::Of(net).meter().caller()));
       stall = std::min(stall, stalled[i++].seconds());
     });
     if (stall > stall_seconds_) {

@@ -37,7 +37,7 @@ void NameThisThread(const std::string& name);
 void MoveHelperThreadOffWriters();
 
 // The calling thread's kernel id (gettid), cached per thread and inline:
-// it is read on every provider call (CallMeter::Call, common/call_meter.h).
+// it is read on every provider call (CallMeter::Call, harness/call_meter.h).
 inline int ThisThreadId() {
   thread_local const int tid = static_cast<int>(syscall(SYS_gettid));
   return tid;

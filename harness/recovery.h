@@ -53,7 +53,7 @@
 
 #include "common/network.h"
 #include "common/node.h"
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 
 namespace tutorial {
 

@@ -1,6 +1,6 @@
 // Recovery for one NIC (see recovery_nic.h); why each piece exists:
 // docs/provider-failures.md.
-#include "common/recovery_nic.h"
+#include "harness/recovery_nic.h"
 
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -16,7 +16,9 @@
 #include <cstring>
 #include <deque>
 
+#include "common/more.h"
 #include "common/post_queue.h"
+#include "common/setup_hints.h"
 #include "common/shm_names.h"
 
 namespace tutorial {
@@ -24,7 +26,41 @@ namespace {
 
 bool IsTransmit(const RdmaOp* op) { return op->type != OpType::kRecv; }
 
+// Chapter 18's NICs may hold a batch of WRITEs flagged FI_MORE that only
+// the next post rings out (common/more.h).
+bool BatchOpen(const Network& net) {
+  const auto* more = dynamic_cast<const MoreNetwork*>(&net);
+  return more != nullptr && more->batch_open();
+}
+
 }  // namespace
+
+NicHarness& NicHarness::Of(Network& net) {
+  if (net.hooks == nullptr) throw RuntimeError(net.name() + ": no harness attached");
+  return *static_cast<NicHarness*>(net.hooks);
+}
+
+const NicHarness& NicHarness::Of(const Network& net) {
+  if (net.hooks == nullptr) throw RuntimeError(net.name() + ": no harness attached");
+  return *static_cast<const NicHarness*>(net.hooks);
+}
+
+bool NicHarness::Deliver(RdmaOp& op) {
+  // What the user can do about a failure the machine causes (efa's
+  // mismatched installers), said where the failure is reported.
+  if (op.error != 0) op.error_message = WithEfaHint(std::move(op.error_message), op, net_.info());
+  if (op.type != OpType::kRecv) {
+    transmit_completions_.store(transmit_completions_.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+  }
+  if (silenced_.empty() || silenced_.erase(&op) == 0) return true;
+  detached_.erase(&op);
+  return false;
+}
+
+void NicHarness::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& address) {
+  Recovery::CheckPeerAddress(net, address);
+}
 
 // A provider's pools (rxm's over tcp in libfabric 1.17: about 80 MiB per
 // endpoint) are large blocks
@@ -46,35 +82,35 @@ void Recovery::KeepLargeBlocksMapped() {
 
 void Recovery::ResetEndpoint(Network& net, bool keep_address) {
   if (keep_address) {
-    ReopenAt(net, std::vector<uint8_t>(net.address_));
+    ReopenAt(net, std::vector<uint8_t>(net.address()));
     return;
   }
   Reopen(net, nullptr);
-  net.av_damaged_ = false;
-  net.reset_wanted_ = false;
+  NicHarness::Of(net).av_damaged_ = false;
+  NicHarness::Of(net).reset_wanted_ = false;
 }
 
 void Recovery::ReopenAt(Network& net, const std::vector<uint8_t>& address) {
   Reopen(net, &address);
-  if (net.address_ != address) {
-    throw RuntimeError(net.name_ + ": the reopened endpoint did not take its address");
+  if (net.address() != address) {
+    throw RuntimeError(net.name() + ": the reopened endpoint did not take its address");
   }
-  net.av_damaged_ = false;
-  net.reset_wanted_ = false;
+  NicHarness::Of(net).av_damaged_ = false;
+  NicHarness::Of(net).reset_wanted_ = false;
 }
 
 void Recovery::Reopen(Network& net, const std::vector<uint8_t>* address) {
-  if (net.info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-    throw RuntimeError(net.name_ +
+  if (net.info().domain_attr->mr_mode & FI_MR_ENDPOINT) {
+    throw RuntimeError(net.name() +
                        ": cannot reset the endpoint: the provider binds memory registrations "
                        "to it (FI_MR_ENDPOINT)");
   }
   KeepLargeBlocksMapped();
-  net.CloseEndpoint();
+  CloseEndpoint(net);
   try {
     net.OpenEndpoint(address);
   } catch (const RuntimeError& e) {
-    throw RuntimeError(net.name_ +
+    throw RuntimeError(net.name() +
                        (address ? ": cannot reopen the endpoint at its address: "
                                 : ": cannot reopen the endpoint: ") +
                        e.what());
@@ -107,19 +143,19 @@ void CheckShmPeerExists(const std::vector<uint8_t>& address) {
 void Recovery::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& address) {
   const std::string what = "address of " + std::to_string(address.size()) + " bytes";
   if (address.empty()) throw RuntimeError("empty address");
-  switch (net.info_->addr_format) {
+  switch (net.info().addr_format) {
     case FI_ADDR_STR: {
       // shm reads the name up to its NUL, whatever length we pass.
       if (address.size() < 2 || address.back() != 0) {
         throw RuntimeError(what + " is not a NUL-terminated name, as " +
-                           net.info_->fabric_attr->prov_name + " addresses are");
+                           net.info().fabric_attr->prov_name + " addresses are");
       }
       for (size_t i = 0; i + 1 < address.size(); ++i) {
         if (address[i] < 0x20 || address[i] > 0x7e) {
           throw RuntimeError(what + " has a non-printable byte at offset " + std::to_string(i));
         }
       }
-      if (std::string(net.info_->fabric_attr->prov_name) == "shm") CheckShmPeerExists(address);
+      if (std::string(net.info().fabric_attr->prov_name) == "shm") CheckShmPeerExists(address);
       return;
     }
     case FI_SOCKADDR:
@@ -127,13 +163,13 @@ void Recovery::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& 
     case FI_SOCKADDR_IN6: {
       // The AV takes the length from the address family, and one address
       // of another length poisons it for every later insert.
-      if (address.size() != net.address_.size()) {
+      if (address.size() != net.address().size()) {
         throw RuntimeError(what + " is not a socket address like ours (" +
-                           std::to_string(net.address_.size()) + " bytes)");
+                           std::to_string(net.address().size()) + " bytes)");
       }
       sockaddr_storage theirs{}, ours{};
       std::memcpy(&theirs, address.data(), std::min(address.size(), sizeof(theirs)));
-      std::memcpy(&ours, net.address_.data(), std::min(net.address_.size(), sizeof(ours)));
+      std::memcpy(&ours, net.address().data(), std::min(net.address().size(), sizeof(ours)));
       if (theirs.ss_family != ours.ss_family) {
         throw RuntimeError(what + " has address family " + std::to_string(theirs.ss_family) +
                            ", ours is " + std::to_string(ours.ss_family));
@@ -155,9 +191,9 @@ void Recovery::CheckPeerAddress(const Network& net, const std::vector<uint8_t>& 
     }
     default:
       // EFA and others: fixed-size binary addresses, as long as ours.
-      if (address.size() != net.address_.size()) {
+      if (address.size() != net.address().size()) {
         throw RuntimeError(what + " does not have the provider's address length (" +
-                           std::to_string(net.address_.size()) + " bytes)");
+                           std::to_string(net.address().size()) + " bytes)");
       }
   }
 }
@@ -167,66 +203,63 @@ void Recovery::CancelQueuedTransmits(Network& net) {
   // about: the first queued transmit stays, to be posted without FI_MORE
   // by the next poll, so that the drain can see them complete.
   RdmaOp* closer = nullptr;
-  for (RdmaOp* op : TakeQueuedTransmits(net.pending_, net.batch_open_, IsTransmit, &closer)) {
+  for (RdmaOp* op : TakeQueuedTransmits(net.pending_ops, BatchOpen(net), IsTransmit, &closer)) {
     op->error = FI_ECANCELED;
     op->error_message = fi_strerror(FI_ECANCELED);
-    op->state = OpState::kFailed;
-    net.failed_.push_back(op);
+    net.failed_ops.push_back(op);
   }
 }
 
 size_t Recovery::DetachTransmits(Network& net) {
+  NicHarness& harness = NicHarness::Of(net);
+  auto forget = [&](RdmaOp* op) {
+    harness.silenced_.erase(op);
+    net.FreeOp(op);
+  };
   // The closer of an open batch stays queued, with nobody to call back:
   // the next poll still rings the doorbell for the WRITEs before it, so
   // they complete and their contexts come back.
   RdmaOp* closer = nullptr;
-  for (RdmaOp* op : TakeQueuedTransmits(net.pending_, net.batch_open_, IsTransmit, &closer)) {
-    net.FreeOp(op);
+  for (RdmaOp* op : TakeQueuedTransmits(net.pending_ops, BatchOpen(net), IsTransmit, &closer)) {
+    forget(op);
   }
-  if (closer != nullptr) {
-    closer->callback = nullptr;
-    closer->handler = nullptr;
-  }
+  if (closer != nullptr) harness.silenced_.insert(closer);
   std::deque<RdmaOp*> failed;
-  failed.swap(net.failed_);
+  failed.swap(net.failed_ops);
   for (RdmaOp* op : failed) {
     if (IsTransmit(op)) {
-      net.FreeOp(op);
+      forget(op);
     } else {
-      net.failed_.push_back(op);
+      net.failed_ops.push_back(op);
     }
   }
-  for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
-    if (op->state != OpState::kPosted || op->type == OpType::kRecv) continue;
-    op->callback = nullptr;
-    op->handler = nullptr;
-    op->state = OpState::kDetached;
-    --net.outstanding_;
-    ++net.detached_;
+  for (RdmaOp* op = net.in_flight; op != nullptr; op = op->next) {
+    if (!op->posted || op->type == OpType::kRecv) continue;
+    harness.silenced_.insert(op);
+    harness.detached_.insert(op);
   }
-  return net.detached_;
+  return harness.detached_.size();
 }
 
 void Recovery::SilenceTransmits(Network& net) {
-  for (RdmaOp* op = net.live_; op != nullptr; op = op->next) {
-    if (op->type == OpType::kRecv) continue;
-    op->callback = nullptr;
-    op->handler = nullptr;
+  NicHarness& harness = NicHarness::Of(net);
+  for (RdmaOp* op = net.in_flight; op != nullptr; op = op->next) {
+    if (op->type != OpType::kRecv) harness.silenced_.insert(op);
   }
 }
 
 std::string Recovery::TakeEventError(Network& net) {
   uint32_t event = 0;
   fi_eq_err_entry entry{};
-  ssize_t ret = fi_eq_read(net.eq_.get(), &event, &entry, sizeof(entry), 0);
+  ssize_t ret = fi_eq_read(net.event_queue(), &event, &entry, sizeof(entry), 0);
   if (ret == -FI_EAGAIN || ret >= 0) return "";  // nothing, or no error
-  if (ret != -FI_EAVAIL) return net.name_ + ": fi_eq_read: " + fi_strerror(static_cast<int>(-ret));
+  if (ret != -FI_EAVAIL) return net.name() + ": fi_eq_read: " + fi_strerror(static_cast<int>(-ret));
   fi_eq_err_entry err{};
-  if (fi_eq_readerr(net.eq_.get(), &err, 0) < 0)
-    return net.name_ + ": an unreadable event queue error";
+  if (fi_eq_readerr(net.event_queue(), &err, 0) < 0)
+    return net.name() + ": an unreadable event queue error";
   int error = err.err < 0 ? -err.err : err.err;
-  std::string message = net.name_ + ": " + fi_strerror(error);
-  const char* detail = fi_eq_strerror(net.eq_.get(), err.prov_errno, err.err_data, nullptr, 0);
+  std::string message = net.name() + ": " + fi_strerror(error);
+  const char* detail = fi_eq_strerror(net.event_queue(), err.prov_errno, err.err_data, nullptr, 0);
   if (detail != nullptr && *detail) message += std::string(" (") + detail + ")";
   return message;
 }

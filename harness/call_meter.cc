@@ -1,4 +1,4 @@
-#include "common/call_meter.h"
+#include "harness/call_meter.h"
 
 #include <unistd.h>
 

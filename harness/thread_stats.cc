@@ -1,4 +1,4 @@
-#include "common/thread_stats.h"
+#include "harness/thread_stats.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/cpu_ticks.h"
+#include "harness/cpu_ticks.h"
 
 namespace tutorial {
 

@@ -1,7 +1,7 @@
-// Instrumentation, kept out of the teaching path: every call a Network makes
-// into the provider goes through CallMeter::Call, one wrapper that counts
-// what the call did (docs/README.md, "Counters"), samples the time it took,
-// and tells the watchdogs that a thread is inside the provider.
+// Instrumentation, kept out of the teaching path: a Network's hooks
+// (NicHarness, harness/recovery_nic.h) tell the meter about every provider
+// call; it counts what the call did (docs/README.md, "Counters"), samples the
+// time it took, and tells the watchdogs that a thread is inside the provider.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -11,8 +11,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "common/cpu_ticks.h"
-#include "common/thread_stats.h"
+#include "common/network.h"
+#include "harness/cpu_ticks.h"
+#include "harness/thread_stats.h"
 
 namespace tutorial {
 
@@ -47,12 +48,9 @@ struct NetworkCounters {
 inline std::atomic<bool> provider_calls_frozen{false};
 [[noreturn]] void WaitForTheEnd();
 
-// The provider calls a Network makes, as the meter tells them apart.
-enum class ProviderCall : uint8_t { kRecv, kSend, kWrite, kCqRead, kCqReadErr };
-
-// The libfabric function of each kind, for the watchdogs' messages.
-inline const char* ProviderCallName(ProviderCall kind) {
-  switch (kind) {
+// The libfabric function of each kind, for messages.
+inline const char* ProviderCallName(ProviderCall call) {
+  switch (call) {
     case ProviderCall::kRecv:
       return "fi_recv";
     case ProviderCall::kSend:
@@ -69,15 +67,6 @@ inline const char* ProviderCallName(ProviderCall kind) {
 
 class CallMeter {
  public:
-  // Runs `call` (one provider call) and returns what it returned. `flags`
-  // are a post's flags (FI_MORE: no doorbell).
-  template <typename F>
-  ssize_t Call(ProviderCall kind, F&& call, uint64_t flags = 0) {
-    uint64_t start = Begin(kind);
-    ssize_t ret = call();
-    End(kind, flags, ret, start);
-    return ret;
-  }
   // A post refused before it reached the provider (its transmit queue
   // holds the depth it advertised): counted as the provider's -FI_EAGAIN
   // at that depth would be, without a call for the watchdogs to see.
@@ -117,19 +106,8 @@ class CallMeter {
   int caller() const { return caller_tid_.load(kRelaxed); }
   ProviderCall latest_call() const { return static_cast<ProviderCall>(kind_.load(kRelaxed)); }
 
- private:
-  static constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
-  // Reading the clock around every call would cost more than some of the
-  // calls; one call in kTimedCallEvery is timed and counts for all of them
-  // (a prime, so that no loop's period of posts and polls hides in it).
-  static constexpr uint64_t kTimedCallEvery = 13;
-
-  // One writer (the thread using the Network), readers anywhere: a relaxed
-  // load and store compile to a plain add and keep the reads well-defined.
-  static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
-    counter.store(counter.load(kRelaxed) + by, kRelaxed);
-  }
-
+  // Around one provider call: Begin returns what End takes as `start`.
+  // `flags` are a post's flags (FI_MORE: no doorbell).
   uint64_t Begin(ProviderCall kind) {
     if (provider_calls_frozen.load(kRelaxed)) WaitForTheEnd();
     uint64_t start = 0;
@@ -178,6 +156,19 @@ class CallMeter {
     (void)start;
 #endif
     Bump(finished_);
+  }
+
+ private:
+  static constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+  // Reading the clock around every call would cost more than some of the
+  // calls; one call in kTimedCallEvery is timed and counts for all of them
+  // (a prime, so that no loop's period of posts and polls hides in it).
+  static constexpr uint64_t kTimedCallEvery = 13;
+
+  // One writer (the thread using the Network), readers anywhere: a relaxed
+  // load and store compile to a plain add and keep the reads well-defined.
+  static void Bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
+    counter.store(counter.load(kRelaxed) + by, kRelaxed);
   }
 
   std::atomic<uint64_t> started_{0};
