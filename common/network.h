@@ -190,8 +190,7 @@ class NetworkHooks {
   virtual void LeaveProvider(ProviderCall call, ssize_t ret, uint64_t flags) = 0;
   virtual void HeldBack() = 0;  // a post held back: the provider's queue is full
   virtual void Queued(const RdmaOp& op, bool allocated) = 0;
-  // false: nobody waits for it. A failed op's message may gain a hint.
-  virtual bool Deliver(RdmaOp& op) = 0;
+  virtual bool Deliver(RdmaOp& op) = 0;  // false: nobody waits for it
   virtual void ErrorWithoutOp(Network& net, const std::string& error) = 0;
   // Throws to refuse an address before it goes into the address vector.
   virtual void CheckPeerAddress(const Network& net, const std::vector<uint8_t>& address) = 0;
