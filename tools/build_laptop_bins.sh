@@ -23,7 +23,7 @@ for c in $(cd chapters && ls -d [0-9][0-9]_*); do copy $c "$out/base/$c"; done
 copy 15_lazy "$out/ts/w/chapters/15_lazy"  # as TEST_SRCDIR/TEST_WORKSPACE for the two-hosts test
 mkdir -p "$out/base/simnic"; install -m 755 bazel-bin/simnic/libsimnic-fi.so "$out/base/simnic/"
 # 11.1 and 14.1 as their checks edit them (docs/11_multithread.md, docs/14_batch.md).
-sed -i 's|^    s.warmup_posted = true;|&\n    if (job_.StagedFailureAfterWarmup(gpu_idx)) { ++posted_warmups_; return Fail("injected failure on GPU 1"); }|' "$s11"
+sed -i 's|^#include "common/server.h"|&\n#include "harness/exercise_hooks.h"|; s|^    s.warmup_posted = true;|&\n    if (tutorial::StagedFailureAfterWarmup(gpu_idx)) { ++posted_warmups_; return Fail("injected failure on GPU 1"); }|' "$s11"
 bazel build //chapters/11_multithread:all && copy 11_multithread "$out/v11cas/11_multithread"
 sed -i 's/      state_.compare_exchange_strong(expected, State::kWaitWarmup);/      state_ = State::kWaitWarmup;/' "$s11"
 bazel build //chapters/11_multithread:all && copy 11_multithread "$out/v11store/11_multithread"
