@@ -1,4 +1,4 @@
-// The rule by which the counters (NetworkCounters, docs/README.md "Counters")
+// The rule by which the counters (NetworkCounters, docs/counters.md)
 // are counted, as a number. Every result record carries it
 // ("counter_rule"), tools/compare.py writes it into each recording, and the
 // docs check (tools/docs_diff.py) shows no counters of a recording made

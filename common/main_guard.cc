@@ -150,7 +150,7 @@ extern "C" void OnCrash(int sig, siginfo_t*, void* context) {
   WriteText("+");
   WriteHex(offset);
   WriteText(
-      "); known shm bugs (common/recovery.h): A smr_progress_iov on a stale peer id after "
+      "); known shm bugs (harness/recovery.h): A smr_progress_iov on a stale peer id after "
       "fi_av_remove, B smr_progress_connreq on a peer whose /dev/shm file is gone; exiting "
       "(code 3: start it again, e.g. under tools/serve_forever.sh)\n");
   _exit(kExitProviderFailed);

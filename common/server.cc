@@ -819,7 +819,7 @@ class RandomFillServer {
     std::string model = node_.simulated_model();
     r["simulated"] = !model.empty();
     if (!model.empty()) r["model"] = model;
-    // What the chapter's idea moves (docs/README.md, "Counters").
+    // What the chapter's idea moves (docs/counters.md).
     r["counter_rule"] = kCounterRule;  // what the counts below mean (counter_rule.h)
     r["writes"] = c.writes;
     r["post_calls"] = c.post_calls;

@@ -1,6 +1,6 @@
 // Instrumentation, kept out of the teaching path: a Network's hooks
 // (NicHarness, harness/recovery_nic.h) tell the meter about every provider
-// call; it counts what the call did (docs/README.md, "Counters"), samples the
+// call; it counts what the call did (docs/counters.md), samples the
 // time it took, and tells the watchdogs that a thread is inside the provider.
 #pragma once
 
@@ -121,7 +121,7 @@ class CallMeter {
   }
 
   // Built with -DTUTORIAL_NO_COUNTERS the counters vanish, so that their own
-  // cost can be measured (docs/README.md, "Counters"); the watchdogs' pair
+  // cost can be measured (docs/counters.md); the watchdogs' pair
   // stays.
   void End(ProviderCall kind, uint64_t flags, ssize_t ret, uint64_t start) {
 #ifndef TUTORIAL_NO_COUNTERS

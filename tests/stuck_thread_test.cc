@@ -97,7 +97,7 @@ void NoCoreFile() {
 }
 
 // fi_freeinfo walks the list it is given: a bad pointer faults inside
-// libfabric.so, as shm's bugs A and B do (common/recovery.h).
+// libfabric.so, as shm's bugs A and B do (harness/recovery.h).
 TEST(CrashGuardDeathTest, FaultInsideLibfabricEndsWithOneLineAndCode3) {
   EXPECT_EXIT(
       {
