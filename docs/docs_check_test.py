@@ -218,10 +218,11 @@ class DocsCheckTest(unittest.TestCase):
     def test_check_catches_a_number_the_code_no_longer_gives(self):
         with tempfile.TemporaryDirectory() as tmp:
             copy = copy_tree(tmp)
-            model = copy / "simnic" / "model.h"
+            # simnic/model.h's default names the frozen cost in costs.h.
+            model = copy / "simnic" / "costs.h"
             text = model.read_text()
-            self.assertIn("doorbell_ns = ", text)
-            model.write_text(re.sub(r"doorbell_ns = \d+;", "doorbell_ns = 7;", text))
+            self.assertIn("kDoorbellNs = ", text)
+            model.write_text(re.sub(r"kDoorbellNs = \d+;", "kDoorbellNs = 7;", text))
             result = check(copy)
             self.assertEqual(result.returncode, 1, result.stdout)
             stale = result.stdout.split("stale page(s):")[-1]
@@ -281,7 +282,7 @@ class DocsCheckTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             copy = copy_tree(tmp)
             pages = [p.name for p in (copy / "docs").glob("*.md")
-                     if "<!-- code:begin common/post_queue.h#PostPendingQueue -->"
+                     if "<!-- code:begin common/post_queue.h#PostPendingQueueInBatches -->"
                      in p.read_text()]
             self.assertIn("18_more.md", pages)
             header = copy / "common" / "post_queue.h"
