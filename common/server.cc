@@ -1,5 +1,8 @@
 #include "common/server.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -116,7 +119,7 @@ namespace {
 // Receives the front door keeps posted: a message that finds none waits
 // inside the provider (ofi_rxm keeps about 13 KB for each), so the front
 // door reads its completion queue and posts again as fast as they come.
-constexpr size_t kReceiveSlots = 8;
+constexpr size_t kReceiveSlots = 16;
 // A provider call that has not returned after this long never will.
 constexpr double kStuckSeconds = 10.0;
 // Messages wait in the mailbox (FairMailbox) until they are handled;
@@ -128,6 +131,10 @@ constexpr size_t kMaxWaitingPerSource = 8;
 constexpr size_t kMaxPendingConnects = 16;
 // Replies in flight at once; each waits at most kRejectSeconds.
 constexpr size_t kReplySlots = 16;
+// Addresses replied to lately stay in the front door's address vector (a
+// reply to the same client, or a flood's source, inserts nothing new); the
+// least recently used one leaves when another is needed.
+constexpr size_t kReplyPeers = 16;
 constexpr size_t kReplySlotSize = kMaxRejectReason + 64 + kMaxAddressLength;
 // A transfer during which no NIC completes anything for this long has lost
 // its client (one that stopped, or a provider that keeps writes to a dead
@@ -170,7 +177,8 @@ class RandomFillServer {
         node_(node),
         run_writer_(run_writer),
         front_door_(front_door),
-        receive_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize)),
+        receive_buffer_(
+            Untouched(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize))),
         receive_region_(front_door_.Register(receive_buffer_)),
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReplySlots * kReplySlotSize)),
         reply_region_(front_door_.Register(reply_buffer_)) {}
@@ -183,6 +191,19 @@ class RandomFillServer {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) Recovery::CloseEndpoint(node_.net(g, n));
     }
+  }
+
+  // The receive slots are large (a RANDOM_FILL may be 1 MiB) but messages
+  // are small: their pages are given back before registration (so a
+  // provider that pins, efa, pins them afresh), and only those a message
+  // touches count in the server's memory.
+  static Buffer Untouched(Buffer buffer) {
+    long page = sysconf(_SC_PAGESIZE);
+    auto start = reinterpret_cast<uintptr_t>(buffer.data());
+    uintptr_t first = (start + page - 1) / page * page;
+    uintptr_t last = (start + buffer.size()) / page * page;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    return buffer;
   }
 
   int Run() {
@@ -447,7 +468,9 @@ class RandomFillServer {
       // A failed insert can leave an address vector refusing every later
       // one: make the NICs whole before anything else uses them.
       std::string notes = Recover(/*always=*/false);
-      if (reply_to) {
+      // One REJECT per address and interval: a flood of bad messages is
+      // not answered in kind.
+      if (reply_to && reject_limiter_.Allow(reply_to->address, Clock::now())) {
         notes +=
             SendReply(*reply_to, Encode(RejectMessage{e.what()}, Session{reply_to->nonce, {}}));
       }
@@ -539,6 +562,9 @@ class RandomFillServer {
         Recovery::ResetEndpoint(front_door_, /*keep_address=*/false);
       }
       PostReceives();  // the old endpoint took the posted ones with it
+      // ...and its address vector, with every reply in flight.
+      reply_peers_.clear();
+      for (ReplySlot& reply : replies_) reply.state = ReplySlot::kFree;
       note = "; rebuilt the front door";
       if (front_door_.address() != before) {
         note += " (it has a new address)";
@@ -604,7 +630,9 @@ class RandomFillServer {
     }
     fi_addr_t peer;
     try {
-      peer = front_door_.AddPeer(to.address);
+      std::optional<fi_addr_t> known = ReplyPeer(to.address);
+      if (!known) return "; no reply sent: every known peer has a reply in flight";
+      peer = *known;
     } catch (const RuntimeError& e) {
       return std::string("; no reply sent: ") + e.what();
     }
@@ -620,9 +648,40 @@ class RandomFillServer {
     return "";
   }
 
+  // The front door's fi_addr_t for `address`: one of the kReplyPeers
+  // addresses replied to lately, or inserted now in place of the least
+  // recently used one that has no reply in flight (nullopt when all have).
+  // Throws RuntimeError when the provider refuses the address.
+  std::optional<fi_addr_t> ReplyPeer(const std::vector<uint8_t>& address) {
+    for (auto it = reply_peers_.begin(); it != reply_peers_.end(); ++it) {
+      if (it->first == address) {
+        auto known = *it;
+        reply_peers_.erase(it);
+        reply_peers_.push_back(known);
+        return known.second;
+      }
+    }
+    if (reply_peers_.size() >= kReplyPeers) {
+      auto in_flight = [this](fi_addr_t peer) {
+        for (const ReplySlot& reply : replies_) {
+          if (reply.state != ReplySlot::kFree && reply.peer == peer) return true;
+        }
+        return false;
+      };
+      auto oldest = reply_peers_.begin();
+      while (oldest != reply_peers_.end() && in_flight(oldest->second)) ++oldest;
+      if (oldest == reply_peers_.end()) return std::nullopt;
+      front_door_.RemovePeer(oldest->second);
+      reply_peers_.erase(oldest);
+    }
+    fi_addr_t peer = front_door_.AddPeer(address);
+    reply_peers_.emplace_back(address, peer);
+    return peer;
+  }
+
   // Frees the slots of replies that went out, and gives up those the
   // provider has not taken within kRejectSeconds (a peer that stopped
-  // reading). Their peers leave the front door's address vector.
+  // reading).
   void CollectReplies() {
     auto now = Clock::now();
     bool stuck = false;
@@ -652,9 +711,7 @@ class RandomFillServer {
       }
     }
     for (ReplySlot& reply : replies_) {
-      if (reply.state != ReplySlot::kDone) continue;
-      front_door_.RemovePeer(reply.peer);
-      reply.state = ReplySlot::kFree;
+      if (reply.state == ReplySlot::kDone) reply.state = ReplySlot::kFree;
     }
   }
 
@@ -961,9 +1018,11 @@ class RandomFillServer {
     Clock::time_point sent{};
   };
   std::array<ReplySlot, kReplySlots> replies_{};  // only the front door's poller uses them
+  std::deque<std::pair<std::vector<uint8_t>, fi_addr_t>> reply_peers_;  // oldest use first
   size_t replies_skipped_ = 0;
   size_t replies_given_up_ = 0;
   ReplyLimiter busy_limiter_{std::chrono::milliseconds(250)};
+  ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
   RateLimitedLog drop_log_{10, std::chrono::seconds(10), "server: also dropped or turned away"};
   RateLimitedLog busy_log_{5, std::chrono::seconds(10), "server: also told"};
   // When the message last taken arrived (OwedFills); only the thread that
@@ -980,12 +1039,24 @@ class RandomFillServer {
 
 }  // namespace
 
+// ofi_rxm (what "tcp" is on libfabric 1.x) keeps receive buffers of about
+// 16 KB posted on its connections (4096 by default) and reads up to 32
+// messages per progress call into them; a message that no receive of ours
+// matches yet stays in its buffer, which is replaced by a new one, so the
+// pool grows without bound while a flood outruns the front door (which
+// takes at most 16 completions per fi_cq_read). With 8 buffers posted, a
+// flood waits in the kernel's socket buffers (TCP flow control) instead of
+// in the server's memory. Set before the provider first reads it (the
+// first fi_getinfo); a value the user set wins. Other providers ignore it.
+void LimitProviderReceiveBuffers() { setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", /*overwrite=*/0); }
+
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
                const NetworkOptions& network_options) {
   std::string program = chapter + "/server";
   return GuardedMain(program.c_str(), [&]() -> int {
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
+    LimitProviderReceiveBuffers();
     InstallStopHandlers();
     InstallCrashGuard(program.c_str());
     // Ctrl-C waits while the endpoints open (common/recovery.h, bug B).
