@@ -203,6 +203,7 @@ class RandomFillClient {
   bool WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
     heard_at_ = Clock::time_point{};  // the server's silence counts from now
+    probes_unanswered_ = 0;
     next_probe_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(kProbeSeconds));
     std::mutex error_mutex;
@@ -304,9 +305,9 @@ class RandomFillClient {
       throw RuntimeError("interrupted while waiting for the server");
     }
     if (server_silent_) {
-      throw RuntimeError("the server stopped answering: no answer to " +
-                         std::to_string(probes_sent_) + " PROBE(s) for " +
-                         FormatSeconds(kServerGoneSeconds) + " s (" +
+      throw RuntimeError("the server stopped answering: nothing for " +
+                         FormatSeconds(kServerGoneSeconds) + " s, " +
+                         std::to_string(probes_unanswered_) + " PROBE(s) sent since (" +
                          std::to_string(notices_.load()) + " of " + std::to_string(expected) +
                          " NICs had reported); it died or lost its network");
     }
@@ -335,14 +336,17 @@ class RandomFillClient {
   // then waits for its --timeout as before.
   bool ServerSilent(Clock::time_point now) {
     if (heard_at_ == Clock::time_point{}) heard_at_ = now;
-    if (heard_.exchange(false)) heard_at_ = now;
+    if (heard_.exchange(false)) {
+      heard_at_ = now;
+      probes_unanswered_ = 0;
+    }
     if (!probe_in_flight_.load() && now >= next_probe_) {
       next_probe_ = now + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(kProbeSeconds));
       std::vector<uint8_t> probe = EncodeEmpty(MessageType::kProbe, session_);
       probe_buffer_.CopyFromHost(0, probe.data(), probe.size());
       probe_in_flight_ = true;
-      ++probes_sent_;
+      ++probes_unanswered_;
       // The callback touches members only: it may run after this wait.
       nic0_.PostSend(server_, probe_buffer_.data(), probe.size(), probe_region_.desc(),
                      [this](Network&, RdmaOp&) { probe_in_flight_ = false; });
@@ -582,7 +586,7 @@ class RandomFillClient {
   std::atomic<bool> probe_in_flight_{false};
   Clock::time_point heard_at_{};  // the polling thread's
   Clock::time_point next_probe_{};
-  size_t probes_sent_ = 0;
+  size_t probes_unanswered_ = 0;
   bool server_silent_ = false;              // written by the first polling thread
   std::string rejected_;                    // the server's reason, once a REJECT arrived...
   std::atomic<bool> rejected_flag_{false};  // ...published by this flag

@@ -180,6 +180,49 @@ class AttackTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_killed_tcp_server_is_reported_within_15_s(self):
+        """tcp tells a client nothing when its server dies: the client's
+        PROBEs go unanswered, and it says so within 15 s, not at its
+        --timeout."""
+        log = os.path.join(self.workdir, "server-killed.log")
+        address_file = os.path.join(self.workdir, "address-killed")
+        with open(log, "w") as out:
+            server = subprocess.Popen(
+                [chapter_binary(CHAPTER, "server"), "--provider", "tcp", "--repeat", "1000000",
+                 "--address-file", address_file] + LAYOUT,
+                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self.assertTrue(wait_for(lambda: "Waiting for a client" in read(log), 60), read(log))
+            client_log = os.path.join(self.workdir, "client-killed.log")
+            with open(client_log, "w") as out:
+                client = subprocess.Popen(
+                    [chapter_binary(CHAPTER, "client"), "--provider", "tcp", "--server",
+                     read(address_file).strip(), "--pages", "64", "--page-size", "4096",
+                     "--timeout", "120"] + LAYOUT,
+                    cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                self.assertTrue(wait_for(lambda: "Started RDMA WRITE" in read(log), 60),
+                                read(log) + read(client_log))
+                time.sleep(1.0)  # mid-transfer
+                server.kill()
+                killed = time.monotonic()
+                client.wait(60)
+                seconds = time.monotonic() - killed
+            finally:
+                if client.poll() is None:
+                    client.kill()
+                    client.wait()
+            text = read(client_log)
+            print(f"attack: a SIGKILLed tcp server was reported by its client after "
+                  f"{seconds:.1f} s: {text.strip().splitlines()[-1]}", flush=True)
+            self.assertNotEqual(client.returncode, 0, text)
+            self.assertIn("the server stopped answering", text)
+            self.assertLessEqual(seconds, 15.0, text)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+
     def test_attacks(self):
         for provider in PROVIDERS:
             for mode in MODES:
