@@ -174,7 +174,7 @@ MessageHeader DecodeHeader(const uint8_t* data, size_t length) {
   uint32_t magic = header.U32();
   uint32_t type = header.U32();
   uint32_t body = header.U32();
-  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL1 magic");
+  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL2 magic");
   if (body != length - kMessageHeaderSize) {
     throw ProtocolError("header announces " + std::to_string(body) + " body bytes, " +
                         std::to_string(length - kMessageHeaderSize) + " arrived");

@@ -385,7 +385,7 @@ class RandomFillServer {
             if (refused != FairMailbox::Refused::kNo) TurnAway(data, op.received, refused);
           } else if (op.error != FI_ECANCELED) {
             // Longer than a receive buffer (FI_ETRUNC) or broken.
-            Dropped("(" + std::to_string(op.received) + " bytes) " + op.error_message);
+            Dropped(op.error_message + " (" + std::to_string(op.received) + " bytes)");
           }
           if (!StopRequested()) PostReceive(slot);
         });
@@ -425,8 +425,7 @@ class RandomFillServer {
       MessageHeader header = DecodeHeader(message.data(), message.size());
       if (header.type == MessageType::kReject || header.type == MessageType::kBusy ||
           header.type == MessageType::kAlive) {
-        throw ProtocolError(
-            "unexpected REJECT, BUSY or ALIVE message (only the server sends those)");
+        throw ProtocolError("unexpected REJECT, BUSY or ALIVE (only the server sends those)");
       }
       CheckClientSession(header);
       const Session& session = header.session;
@@ -1023,7 +1022,7 @@ class RandomFillServer {
   size_t replies_given_up_ = 0;
   ReplyLimiter busy_limiter_{std::chrono::milliseconds(250)};
   ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
-  RateLimitedLog drop_log_{10, std::chrono::seconds(10), "server: also dropped or turned away"};
+  RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped or turned away"};
   RateLimitedLog busy_log_{5, std::chrono::seconds(10), "server: also told"};
   // When the message last taken arrived (OwedFills); only the thread that
   // reads the front door's messages (the main loop, or the BusyAnswerer
