@@ -126,7 +126,7 @@ constexpr double kStuckSeconds = 10.0;
 // beyond this many, or this many of one source, a message is turned away
 // (answered BUSY) instead of filling the server's memory.
 constexpr size_t kMaxWaitingMessages = 64;
-constexpr size_t kMaxWaitingPerSource = 8;
+constexpr size_t kMaxWaitingPerSource = 16;
 // CONNECTs waiting for the RANDOM_FILL of their session, one per address.
 constexpr size_t kMaxPendingConnects = 16;
 // Replies in flight at once; each waits at most kRejectSeconds.
@@ -230,6 +230,8 @@ class RandomFillServer {
       }
       CollectReplies();
       drop_log_.Flush();
+      turn_log_.Flush();
+      busy_log_.Flush();
       while (!StopRequested()) {
         std::optional<FairMailbox::Message> message = TakeMessage();
         if (!message) break;
@@ -242,6 +244,8 @@ class RandomFillServer {
       }
     }
     drop_log_.Flush(Clock::now(), /*force=*/true);
+    turn_log_.Flush(Clock::now(), /*force=*/true);
+    busy_log_.Flush(Clock::now(), /*force=*/true);
     std::printf(
         "Stopping: %zu transfer(s) served, %zu failed, %zu message(s) dropped, %zu turned "
         "away.\n",
@@ -408,7 +412,7 @@ class RandomFillServer {
     } catch (const ProtocolError&) {
       // Names no session: nobody to answer.
     }
-    drop_log_.Line(std::string("server: turned away a message (") + std::to_string(length) +
+    turn_log_.Line(std::string("server: turned away a message (") + std::to_string(length) +
                    " bytes): " +
                    (refused == FairMailbox::Refused::kSourceFull
                         ? "its sender already has " + std::to_string(kMaxWaitingPerSource)
@@ -832,6 +836,7 @@ class RandomFillServer {
       }
       CollectReplies();
       drop_log_.Flush();
+      turn_log_.Flush();
       busy_log_.Flush();
       if (handled == 0) sweeper_.Sweep();
       return handled;
@@ -1022,7 +1027,8 @@ class RandomFillServer {
   size_t replies_given_up_ = 0;
   ReplyLimiter busy_limiter_{std::chrono::milliseconds(250)};
   ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
-  RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped or turned away"};
+  RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped"};
+  RateLimitedLog turn_log_{5, std::chrono::seconds(10), "server: also turned away"};
   RateLimitedLog busy_log_{5, std::chrono::seconds(10), "server: also told"};
   // When the message last taken arrived (OwedFills); only the thread that
   // reads the front door's messages (the main loop, or the BusyAnswerer

@@ -127,11 +127,11 @@ class LiveServer {
     return "--- server stdout:\n" + out() + "--- server stderr:\n" + err();
   }
   // One line per message, and past a few a second one line with the count
-  // of those left out ("also dropped or turned away N more").
+  // of those left out ("also dropped N more").
   size_t dropped() const {
-    std::string text = err();
-    size_t count = CountLines(text, "dropped a message");
-    const std::string summary = "also dropped or turned away ";
+    std::string text = "\n" + err();
+    size_t count = CountLines(text, "\nserver: dropped a message");
+    const std::string summary = "server: also dropped ";
     for (size_t at = text.find(summary); at != std::string::npos; at = text.find(summary, at + 1)) {
       count += std::strtoul(text.c_str() + at + summary.size(), nullptr, 10);
     }
