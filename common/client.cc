@@ -376,6 +376,7 @@ class RandomFillClient {
     }
     server_ = nic0_.AddPeer(server_address_);
     server_identity_ = PeerEndpointIdentity(nic0_, server_address_);
+    session_.address = nic0_.address();  // replies go to our new NIC 0
     busy_reason_ = "it restarted in place and lost this transfer";
   }
 

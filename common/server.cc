@@ -296,8 +296,7 @@ class RandomFillServer {
       CheckClientSession(header);
       const Session& session = header.session;
       if (header.type == MessageType::kProbe) {
-        CheckEmptyBody(header, message.size());
-        SendReply(session, EncodeEmpty(MessageType::kAlive, Session{session.nonce, {}}));
+        AnswerProbe(header, message.size());
         return;
       }
       if (header.type == MessageType::kRandomFill) {
@@ -321,6 +320,9 @@ class RandomFillServer {
       }
       DecodeConnect(message.data(), message.size());
       owed_fills_.Add(session);  // the RANDOM_FILL that follows it goes unanswered
+      // A client asks again 0.125 s after a BUSY at the soonest, so this
+      // limit silences only a flood (or a forger of its address).
+      if (!busy_limiter_.Allow(session.address, Clock::now())) return;
       std::string note = SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
       busy_log_.Line("server: a client arrived while the server was " + what +
                      ": told it to wait (BUSY)" + note);
@@ -329,8 +331,13 @@ class RandomFillServer {
     }
   }
 
-  static void CheckEmptyBody(const MessageHeader& header, size_t length) {
+  // ALIVE, at most once per address and 500 ms (a client PROBEs every 2 s):
+  // PROBEs that name someone else's address do not make the server a
+  // reflector.
+  void AnswerProbe(const MessageHeader& header, size_t length) {
     if (header.body_offset != length) throw ProtocolError("PROBE: unexpected body");
+    if (!probe_limiter_.Allow(header.session.address, Clock::now())) return;
+    SendReply(header.session, EncodeEmpty(MessageType::kAlive, Session{header.session.nonce, {}}));
   }
 
   // The CONNECT of `session` still waiting for its RANDOM_FILL, taken out.
@@ -434,8 +441,7 @@ class RandomFillServer {
       CheckClientSession(header);
       const Session& session = header.session;
       if (header.type == MessageType::kProbe) {
-        CheckEmptyBody(header, message.size());
-        SendReply(session, EncodeEmpty(MessageType::kAlive, Session{session.nonce, {}}));
+        AnswerProbe(header, message.size());
         return std::nullopt;
       }
       if (header.type == MessageType::kCancel) return std::nullopt;  // a transfer already over
@@ -1025,7 +1031,8 @@ class RandomFillServer {
   std::deque<std::pair<std::vector<uint8_t>, fi_addr_t>> reply_peers_;  // oldest use first
   size_t replies_skipped_ = 0;
   size_t replies_given_up_ = 0;
-  ReplyLimiter busy_limiter_{std::chrono::milliseconds(250)};
+  ReplyLimiter busy_limiter_{std::chrono::milliseconds(100)};
+  ReplyLimiter probe_limiter_{std::chrono::milliseconds(500)};
   ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
   RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped"};
   RateLimitedLog turn_log_{5, std::chrono::seconds(10), "server: also turned away"};

@@ -39,6 +39,10 @@ MODES = os.environ.get("ATTACK_MODES", "fills,connects,owed,malformed,stop").spl
 GOOD_CLIENTS = 5
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
 CLIENT = ["--page-size", "4096", "--connect-timeout", "30", "--timeout", "90"]
+# A request whose transfer lasts long enough (40,960 WRITEs of 512 bytes:
+# one to three seconds on a loaded 2-core machine) for a second client to
+# arrive during it.
+LONG_REQUEST = ("--page-size", "512", "--pages", "1024")
 # Owed connects: one CONNECT this often, as in the issue's report.
 OWED_INTERVAL = "5"
 # What the server may grow by: 20%, and never less than this much (a few
@@ -119,7 +123,7 @@ class AttackTest(unittest.TestCase):
             started = read(server.log).count("Started RDMA WRITE")
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
                 first = pool.submit(good_client, self.workdir, provider, server,
-                                    f"{tag}-warm{attempt}a", ("--pages", "256"))
+                                    f"{tag}-warm{attempt}a", LONG_REQUEST)
                 wait_for(lambda: read(server.log).count("Started RDMA WRITE") > started, 30, 0.01)
                 second = pool.submit(good_client, self.workdir, provider, server,
                                      f"{tag}-warm{attempt}b")
@@ -222,6 +226,50 @@ class AttackTest(unittest.TestCase):
             if server.poll() is None:
                 server.kill()
             server.wait()
+
+    def test_clients_with_malformed_server_addresses(self):
+        """The other side: clients started with a --server the provider must
+        refuse each end with a one-line error (no signal, no hang), and the
+        server, which they may have reached or not, serves five good clients
+        after them."""
+        malformed = {
+            "shm": [b"fi_shm".hex(),                      # no NUL, no name
+                    (b"fi_shm://no-such-endpoint" + b"\0").hex(),
+                    (b"fi_shm://" + b"\x01" * 8 + b"\0").hex()],
+            "tcp": [bytes([2, 0, 0, 1]).hex(),            # no sockaddr_in
+                    bytes(16).hex(),                      # family 0
+                    bytes([2, 0, 0, 0, 127, 0, 0, 1] + [0] * 8).hex()],  # port 0
+        }
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                tag = f"{provider}-malformed-server"
+                server = Server(self.workdir, provider, tag)
+                try:
+                    self.warm_up(provider, server, tag)
+                    before = rss_kb(server.process.pid)
+                    for i, address in enumerate(malformed[provider] + ["zz", "abc"]):
+                        log = os.path.join(self.workdir, f"client-{tag}-bad{i}.log")
+                        with open(log, "w") as out:
+                            code = subprocess.run(
+                                [chapter_binary(CHAPTER, "client"), "--provider", provider,
+                                 "--server", address, "--connect-timeout", "5", "--timeout",
+                                 "10"] + LAYOUT,
+                                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                                timeout=60).returncode
+                        text = read(log)
+                        self.assertGreater(code, 0, f"{address}: {text[-2000:]}")
+                        self.assertEqual(text.count("error:"), 1, f"{address}: {text[-2000:]}")
+                    for i in range(GOOD_CLIENTS):
+                        ok, why = good_client(self.workdir, provider, server, f"{tag}-{i}")
+                        self.assertTrue(ok, f"{tag}: good client {i}: {why}")
+                    after = rss_kb(server.process.pid)
+                    print(f"attack {tag}: every malformed --server refused in one line; "
+                          f"{GOOD_CLIENTS}/{GOOD_CLIENTS} good clients verified after; server "
+                          f"RSS {before} kB before, {after} kB after", flush=True)
+                    self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
+                    self.assertLessEqual(after, max(before * 1.2, before + RSS_SLACK_KB))
+                finally:
+                    server.stop()
 
     def test_attacks(self):
         for provider in PROVIDERS:
