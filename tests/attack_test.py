@@ -38,7 +38,7 @@ PROVIDERS = os.environ.get("ATTACK_PROVIDERS", "shm,tcp").split(",")
 MODES = os.environ.get("ATTACK_MODES", "fills,connects,owed,malformed,stop").split(",")
 GOOD_CLIENTS = 5
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
-CLIENT = ["--page-size", "4096", "--connect-timeout", "30", "--timeout", "90"]
+CLIENT = ["--connect-timeout", "30", "--timeout", "90"]
 # A request whose transfer lasts long enough (40,960 WRITEs of 512 bytes:
 # one to three seconds on a loaded 2-core machine) for a second client to
 # arrive during it.
@@ -91,7 +91,7 @@ class Server:
         return self.process.returncode
 
 
-def good_client(workdir, provider, server, tag, extra=("--pages", "64")):
+def good_client(workdir, provider, server, tag, extra=("--page-size", "4096", "--pages", "64")):
     log = os.path.join(workdir, f"client-{tag}.log")
     with open(log, "w") as out:
         try:
