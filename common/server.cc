@@ -1060,22 +1060,6 @@ class RandomFillServer {
 // flood waits in the kernel's socket buffers (TCP flow control) instead of
 // in the server's memory. Set before the provider first reads it (the
 // first fi_getinfo); a value the user set wins. Other providers ignore it.
-// The front door's endpoint queues no more messages than it keeps receives
-// posted. A provider reads what its receive queue holds at every progress
-// call (shm 2.x: its whole command queue, 1024 by default), and keeps each
-// message no posted receive matched as an unexpected one, copied; the
-// front door takes at most 16 completions per fi_cq_read, so under a flood
-// that queue would grow without bound. With a queue of kReceiveSlots,
-// senders meet -FI_EAGAIN (shm) or the provider's flow control instead.
-FiInfoPtr FrontDoorInfo(const fi_info& nic) {
-  FiInfoPtr info(fi_dupinfo(&nic));
-  if (!info) throw RuntimeError("fi_dupinfo failed");
-  if (info->rx_attr != nullptr && info->rx_attr->size > kReceiveSlots) {
-    info->rx_attr->size = kReceiveSlots;
-  }
-  return info;
-}
-
 void LimitProviderReceiveBuffers() { setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", /*overwrite=*/0); }
 
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
@@ -1096,7 +1080,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     if (options.print_topology) return 0;
     TicksPerNanosecond();  // calibrated once, before anything is timed
     // The front door: the address clients know (see RandomFillServer).
-    Network front_door(*FrontDoorInfo(node.net(0, 0).info()));
+    Network front_door(node.net(0, 0).info());
     TakeBackAddressAfterRestart(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
     // A server restarts in place (clients keep its address where the
