@@ -27,6 +27,12 @@ namespace {
 
 // A provider call that has not returned after this long never will.
 constexpr double kStuckSeconds = 10.0;
+// While it waits for the server's writes, the client asks the server's
+// front door every kProbeSeconds whether it still lives (PROBE); a server
+// that answers nothing for kServerGoneSeconds is gone (tcp and efa tell a
+// client nothing when its server dies; shm names the process).
+constexpr double kProbeSeconds = 2.0;
+constexpr double kServerGoneSeconds = 10.0;
 
 class RandomFillClient {
  public:
@@ -38,7 +44,14 @@ class RandomFillClient {
         send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize)),
         send_region_(nic0_.Register(send_buffer_)),
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
-        reply_region_(nic0_.Register(reply_buffer_)) {}
+        reply_region_(nic0_.Register(reply_buffer_)),
+        probe_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, 64 + kMaxAddressLength)),
+        probe_region_(nic0_.Register(probe_buffer_)) {
+    // The session: a random nonce, and where the server's replies go.
+    std::random_device random;
+    while (session_.nonce == 0) session_.nonce = (uint64_t{random()} << 32) | random();
+    session_.address = nic0_.address();
+  }
 
   // The client is the node's last user: its endpoints close before any
   // registration or buffer goes away, so a server still writing (or a
@@ -87,9 +100,9 @@ class RandomFillClient {
       // queue our name at the server: harness/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
       notices_ = 0;
-      Send(server, Encode(MakeConnect()), "CONNECT");
+      Send(server, Encode(MakeConnect(), session_), "CONNECT");
       start = Clock::now();
-      Send(server, Encode(request), "RANDOM_FILL");
+      Send(server, Encode(request, session_), "RANDOM_FILL");
       std::printf(
           "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
           "the server's writes...\n",
@@ -188,6 +201,10 @@ class RandomFillClient {
   // Returns false when the server answered BUSY instead.
   bool WaitForNotices(size_t expected, Clock::time_point deadline) {
     std::atomic<bool> stop{false};
+    heard_at_ = Clock::time_point{};  // the server's silence counts from now
+    probes_unanswered_ = 0;
+    next_probe_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(kProbeSeconds));
     std::mutex error_mutex;
     std::string error;
     std::vector<std::thread> threads;
@@ -243,10 +260,14 @@ class RandomFillClient {
                 stop = true;
               } else if (reports && now >= next_liveness_check) {
                 // Where the provider's addresses name a process (shm), a
-                // server that died is told at once, not by the deadline.
+                // server that died is told at once, not by the deadline;
+                // elsewhere the server's silence to our PROBEs tells.
                 next_liveness_check = now + std::chrono::seconds(1);
                 if (PeerKnownDead(nic0_, server_address_)) {
                   server_gone_ = true;
+                  stop = true;
+                } else if (ServerSilent(now)) {
+                  server_silent_ = true;
                   stop = true;
                 }
               } else if (reports && now >= next_report) {
@@ -275,6 +296,13 @@ class RandomFillClient {
       SayWeAreLeaving();
       throw RuntimeError("interrupted while waiting for the server");
     }
+    if (server_silent_) {
+      throw RuntimeError("the server stopped answering: nothing for " +
+                         FormatSeconds(kServerGoneSeconds) + " s, " +
+                         std::to_string(probes_unanswered_) + " PROBE(s) sent since (" +
+                         std::to_string(notices_.load()) + " of " + std::to_string(expected) +
+                         " NICs had reported); it died or lost its network");
+    }
     if (server_gone_) {
       RemoveFilesOfDeadPeers(nic0_, {server_address_});
       throw RuntimeError(
@@ -293,15 +321,52 @@ class RandomFillClient {
                        " NICs reported); is the server still running?");
   }
 
-  // The server's answer, if any: a REJECT (which ends the run) or a BUSY
-  // (ask again later). One receive, posted again after each BUSY.
+  // Sends a PROBE now and then (from the thread that polls NIC 0, its only
+  // user while the client waits) and says whether the server has answered
+  // nothing, ALIVE or anything else, for kServerGoneSeconds.
+  bool ServerSilent(Clock::time_point now) {
+    // shm names the server's process (PeerKnownDead tells sooner).
+    if (PeerProcess(nic0_, server_address_) > 0) return false;
+    if (heard_at_ == Clock::time_point{}) heard_at_ = now;
+    if (heard_.exchange(false)) {
+      heard_at_ = now;
+      probes_unanswered_ = 0;
+    }
+    if (!probe_in_flight_.load() && now >= next_probe_) {
+      next_probe_ = now + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(kProbeSeconds));
+      std::vector<uint8_t> probe = EncodeEmpty(MessageType::kProbe, session_);
+      probe_buffer_.CopyFromHost(0, probe.data(), probe.size());
+      probe_in_flight_ = true;
+      ++probes_unanswered_;
+      // The callback touches members only: it may run after this wait.
+      nic0_.PostSend(server_, probe_buffer_.data(), probe.size(), probe_region_.desc(),
+                     [this](Network&, RdmaOp&) { probe_in_flight_ = false; });
+    }
+    return now - heard_at_ > std::chrono::duration<double>(kServerGoneSeconds);
+  }
+
+  // The server's answer, if any: a REJECT (which ends the run), a BUSY
+  // (ask again later) or an ALIVE (a PROBE's answer). One receive, posted
+  // again after each BUSY or ALIVE, and after a message of another session
+  // (a server's reply carries the nonce of the session it answers).
   void ListenForReply() {
     nic0_.PostRecv(reply_buffer_.data(), reply_buffer_.size(), reply_region_.desc(),
                    [this](Network&, RdmaOp& op) {
                      if (!op.ok()) return;
                      const auto* data = static_cast<const uint8_t*>(reply_buffer_.data());
                      try {
-                       if (PeekMessageType(data, op.received) == MessageType::kBusy) {
+                       MessageHeader header = DecodeHeader(data, op.received);
+                       if (header.session.nonce != session_.nonce) {
+                         ListenForReply();  // not about our session: not for us
+                         return;
+                       }
+                       heard_ = true;
+                       if (header.type == MessageType::kAlive) {
+                         ListenForReply();
+                         return;
+                       }
+                       if (header.type == MessageType::kBusy) {
                          busy_reason_ = DecodeBusy(data, op.received).reason;
                          busy_flag_.store(true, std::memory_order_release);
                          return;
@@ -397,7 +462,7 @@ class RandomFillClient {
   // a second at most, so it need not wait for its stall timeout; no
   // provider tells a server that a client left (efa, tcp's clean close).
   void SayWeAreLeaving() {
-    std::vector<uint8_t> message = Encode(CancelMessage{remote_context_});
+    std::vector<uint8_t> message = Encode(CancelMessage{remote_context_}, session_);
     send_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
     try {
@@ -483,6 +548,15 @@ class RandomFillClient {
   MemoryRegion send_region_;
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
+  Buffer probe_buffer_;
+  MemoryRegion probe_region_;
+  Session session_;
+  std::atomic<bool> heard_{false};  // any reply of our session since the last look
+  std::atomic<bool> probe_in_flight_{false};
+  Clock::time_point heard_at_{};  // the polling thread's
+  Clock::time_point next_probe_{};
+  size_t probes_unanswered_ = 0;
+  bool server_silent_ = false;              // written by the first polling thread
   std::string rejected_;                    // the server's reason, once a REJECT arrived...
   std::atomic<bool> rejected_flag_{false};  // ...published by this flag
   std::string busy_reason_;                 // the last BUSY's reason...

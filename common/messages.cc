@@ -14,13 +14,17 @@ class ByteWriter {
   void U32(uint32_t v) { Little(v, 4); }
   void U64(uint64_t v) { Little(v, 8); }
   void Bytes(const std::vector<uint8_t>& b) { out_.insert(out_.end(), b.begin(), b.end()); }
-  std::vector<uint8_t> Finish(MessageType type) {
+  std::vector<uint8_t> Finish(MessageType type, const Session& session) {
     std::vector<uint8_t> message;
-    message.reserve(kMessageHeaderSize + out_.size());
     ByteWriter header;
     header.U32(kMessageMagic);
     header.U32(static_cast<uint32_t>(type));
-    header.U32(static_cast<uint32_t>(out_.size()));
+    size_t address = std::min(session.address.size(), kMaxAddressLength);
+    header.U32(static_cast<uint32_t>(8 + 2 + address + out_.size()));
+    header.U64(session.nonce);
+    header.U16(static_cast<uint16_t>(address));
+    header.out_.insert(header.out_.end(), session.address.begin(),
+                       session.address.begin() + static_cast<std::ptrdiff_t>(address));
     message = std::move(header.out_);
     message.insert(message.end(), out_.begin(), out_.end());
     return message;
@@ -78,15 +82,14 @@ class ByteReader {
 
 // Returns a reader positioned on the body after checking the header.
 ByteReader OpenBody(const uint8_t* data, size_t length, MessageType expected, const char* what) {
-  if (PeekMessageType(data, length) != expected) {
-    throw ProtocolError(std::string(what) + ": wrong message type");
-  }
-  return ByteReader(data + kMessageHeaderSize, length - kMessageHeaderSize, what);
+  MessageHeader header = DecodeHeader(data, length);
+  if (header.type != expected) throw ProtocolError(std::string(what) + ": wrong message type");
+  return ByteReader(data + header.body_offset, length - header.body_offset, what);
 }
 
 }  // namespace
 
-std::vector<uint8_t> Encode(const ConnectMessage& m) {
+std::vector<uint8_t> Encode(const ConnectMessage& m, const Session& session) {
   ByteWriter w;
   w.U32(m.num_gpus);
   w.U32(m.nics_per_gpu);
@@ -100,26 +103,27 @@ std::vector<uint8_t> Encode(const ConnectMessage& m) {
     w.U64(region.size);
     w.U64(region.key);
   }
-  return w.Finish(MessageType::kConnect);
+  return w.Finish(MessageType::kConnect, session);
 }
 
-std::vector<uint8_t> Encode(const RandomFillRequest& m) {
+std::vector<uint8_t> Encode(const RandomFillRequest& m, const Session& session) {
   ByteWriter w;
   w.U32(m.remote_context);
   w.U64(m.seed);
   w.U64(m.page_size);
   w.U64(m.page_indices.size());
   for (uint32_t index : m.page_indices) w.U32(index);
-  return w.Finish(MessageType::kRandomFill);
+  return w.Finish(MessageType::kRandomFill, session);
 }
 
 namespace {
-std::vector<uint8_t> EncodeReason(const std::string& text, MessageType type) {
+std::vector<uint8_t> EncodeReason(const std::string& text, MessageType type,
+                                  const Session& session) {
   ByteWriter w;
   std::string reason = text.substr(0, kMaxRejectReason);
   w.U16(static_cast<uint16_t>(reason.size()));
   w.Bytes(std::vector<uint8_t>(reason.begin(), reason.end()));
-  return w.Finish(type);
+  return w.Finish(type, session);
 }
 
 std::string DecodeReason(const uint8_t* data, size_t length, MessageType type, const char* what) {
@@ -134,21 +138,35 @@ std::string DecodeReason(const uint8_t* data, size_t length, MessageType type, c
 }
 }  // namespace
 
-std::vector<uint8_t> Encode(const RejectMessage& m) {
-  return EncodeReason(m.reason, MessageType::kReject);
+std::vector<uint8_t> Encode(const RejectMessage& m, const Session& session) {
+  return EncodeReason(m.reason, MessageType::kReject, session);
 }
 
-std::vector<uint8_t> Encode(const CancelMessage& m) {
+std::vector<uint8_t> Encode(const CancelMessage& m, const Session& session) {
   ByteWriter w;
   w.U32(m.remote_context);
-  return w.Finish(MessageType::kCancel);
+  return w.Finish(MessageType::kCancel, session);
 }
 
-std::vector<uint8_t> Encode(const BusyMessage& m) {
-  return EncodeReason(m.reason, MessageType::kBusy);
+std::vector<uint8_t> Encode(const BusyMessage& m, const Session& session) {
+  return EncodeReason(m.reason, MessageType::kBusy, session);
+}
+
+std::vector<uint8_t> EncodeEmpty(MessageType type, const Session& session) {
+  return ByteWriter().Finish(type, session);
 }
 
 MessageType PeekMessageType(const uint8_t* data, size_t length) {
+  return DecodeHeader(data, length).type;
+}
+
+void CheckClientSession(const MessageHeader& header) {
+  if (header.session.nonce == 0 || header.session.address.empty()) {
+    throw ProtocolError("message names no session (a nonce and the sender's address)");
+  }
+}
+
+MessageHeader DecodeHeader(const uint8_t* data, size_t length) {
   if (length < kMessageHeaderSize) {
     throw ProtocolError("message of " + std::to_string(length) + " bytes is shorter than a header");
   }
@@ -156,19 +174,26 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
   uint32_t magic = header.U32();
   uint32_t type = header.U32();
   uint32_t body = header.U32();
-  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL1 magic");
+  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL2 magic");
   if (body != length - kMessageHeaderSize) {
     throw ProtocolError("header announces " + std::to_string(body) + " body bytes, " +
                         std::to_string(length - kMessageHeaderSize) + " arrived");
   }
-  if (type != static_cast<uint32_t>(MessageType::kConnect) &&
-      type != static_cast<uint32_t>(MessageType::kRandomFill) &&
-      type != static_cast<uint32_t>(MessageType::kReject) &&
-      type != static_cast<uint32_t>(MessageType::kBusy) &&
-      type != static_cast<uint32_t>(MessageType::kCancel)) {
+  if (type < static_cast<uint32_t>(MessageType::kConnect) ||
+      type > static_cast<uint32_t>(MessageType::kAlive)) {
     throw ProtocolError("unknown message type " + std::to_string(type));
   }
-  return static_cast<MessageType>(type);
+  MessageHeader h;
+  h.type = static_cast<MessageType>(type);
+  ByteReader session(data + kMessageHeaderSize, length - kMessageHeaderSize, "header");
+  h.session.nonce = session.U64();
+  uint16_t address = session.U16();
+  if (address > kMaxAddressLength) {
+    throw ProtocolError("header: sender address of " + std::to_string(address) + " bytes");
+  }
+  h.session.address = session.Bytes(address);
+  h.body_offset = length - session.remaining();
+  return h;
 }
 
 ConnectMessage DecodeConnect(const uint8_t* data, size_t length) {

@@ -2,7 +2,11 @@
 // check the server makes before it trusts them.
 //
 // Wire format (little-endian):
-//   header   u32 magic "RFL1", u32 type, u32 body length
+//   header   u32 magic "RFL2", u32 type, u32 length of what follows,
+//            u64 session nonce, u16 address length, address bytes
+//            (the session: a random nonce the client chose, plus the
+//            client's NIC 0 address, where replies go; the server's
+//            replies echo the client's session with no address)
 //   CONNECT  u32 gpus, u32 nics_per_gpu, u32 buffers_per_gpu,
 //            per NIC:  u16 address length, address bytes
 //            per (gpu, nic, buffer): u64 addr, u64 size, u64 key
@@ -16,6 +20,13 @@
 //   CANCEL   u32 remote_context: a client stopped while its transfer runs
 //            says so, and the server ends that transfer at once instead of
 //            waiting for its stall timeout (no provider tells it otherwise)
+//   PROBE    (no body): a client waiting for its writes asks whether the
+//            server still lives; ALIVE (no body) is the answer, sent even
+//            while the server is busy (tcp and efa tell no client that its
+//            server died)
+// The server pairs a RANDOM_FILL with the CONNECT of the same session and
+// answers only the session's address (docs/protocol.md says why that is
+// the address a provider lets it answer).
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
 #pragma once
@@ -32,10 +43,13 @@ enum class MessageType : uint32_t {
   kRandomFill = 2,
   kReject = 3,
   kBusy = 4,
-  kCancel = 5
+  kCancel = 5,
+  kProbe = 6,
+  kAlive = 7
 };
 
-constexpr uint32_t kMessageMagic = 0x314C4652;  // "RFL1" read as little-endian bytes
+constexpr uint32_t kMessageMagic = 0x324C4652;  // "RFL2" read as little-endian bytes
+// The fixed start of the header: magic, type, and the length of the rest.
 constexpr size_t kMessageHeaderSize = 12;
 // The server's receive buffers; anything longer arrives truncated and is
 // rejected. Enough for 262,000 page indices.
@@ -44,6 +58,26 @@ constexpr size_t kMaxAddressLength = 256;
 constexpr uint32_t kMaxGpus = 1024;
 constexpr uint32_t kMaxNicsPerGpu = 64;
 constexpr uint32_t kMaxBuffersPerGpu = 16;
+
+// Who a message is about: the client's nonce and its NIC 0 address. A
+// client's messages carry both; a server's reply carries the nonce only.
+struct Session {
+  uint64_t nonce = 0;
+  std::vector<uint8_t> address;
+
+  bool operator==(const Session& o) const { return nonce == o.nonce && address == o.address; }
+  bool operator!=(const Session& o) const { return !(*this == o); }
+  bool operator<(const Session& o) const {
+    return nonce != o.nonce ? nonce < o.nonce : address < o.address;
+  }
+};
+
+// A message's header: its type and session, and where its body starts.
+struct MessageHeader {
+  MessageType type = MessageType::kConnect;
+  Session session;
+  size_t body_offset = 0;
+};
 
 // A peer's registered memory: where to write, how much is there, which key.
 struct RemoteRegion {
@@ -92,15 +126,21 @@ struct BusyMessage {
 // its timeout.
 constexpr char kTransferAbandonedReason[] = "transfer abandoned: ";
 
-std::vector<uint8_t> Encode(const ConnectMessage& message);
-std::vector<uint8_t> Encode(const RejectMessage& message);
-std::vector<uint8_t> Encode(const RandomFillRequest& message);
-std::vector<uint8_t> Encode(const BusyMessage& message);
-std::vector<uint8_t> Encode(const CancelMessage& message);
+std::vector<uint8_t> Encode(const ConnectMessage& message, const Session& session = {});
+std::vector<uint8_t> Encode(const RejectMessage& message, const Session& session = {});
+std::vector<uint8_t> Encode(const RandomFillRequest& message, const Session& session = {});
+std::vector<uint8_t> Encode(const BusyMessage& message, const Session& session = {});
+std::vector<uint8_t> Encode(const CancelMessage& message, const Session& session = {});
+// PROBE or ALIVE: a header alone.
+std::vector<uint8_t> EncodeEmpty(MessageType type, const Session& session);
 
 // Decoders check the header, every length against the bytes received, and
 // the message's own consistency. They throw ProtocolError in one line.
+MessageHeader DecodeHeader(const uint8_t* data, size_t length);
 MessageType PeekMessageType(const uint8_t* data, size_t length);
+// A client's message (CONNECT, RANDOM_FILL, CANCEL, PROBE) must name a
+// session: a nonce other than 0 and an address. Throws ProtocolError.
+void CheckClientSession(const MessageHeader& header);
 ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
 RejectMessage DecodeReject(const uint8_t* data, size_t length);

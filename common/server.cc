@@ -1,10 +1,15 @@
 #include "common/server.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -13,6 +18,7 @@
 
 #include "common/counter_rule.h"
 #include "common/errors.h"
+#include "common/front_door.h"
 #include "common/main_guard.h"
 #include "common/more.h"
 #include "common/op_pool.h"
@@ -173,12 +179,26 @@ class JobAccounting final : public WriteJobHooks {
 
 namespace {
 
-constexpr size_t kReceiveSlots = 4;
+// Receives the front door keeps posted: a message that finds none waits
+// inside the provider (ofi_rxm keeps about 13 KB for each), so the front
+// door reads its completion queue and posts again as fast as they come.
+constexpr size_t kReceiveSlots = 16;
 // A provider call that has not returned after this long never will.
 constexpr double kStuckSeconds = 10.0;
-// Messages that arrive while a transfer runs wait here; beyond this many,
-// a flood is dropped instead of filling the server's memory.
+// Messages wait in the mailbox (FairMailbox) until they are handled;
+// beyond this many, or this many of one source, a message is turned away
+// (answered BUSY) instead of filling the server's memory.
 constexpr size_t kMaxWaitingMessages = 64;
+constexpr size_t kMaxWaitingPerSource = 16;
+// CONNECTs waiting for the RANDOM_FILL of their session, one per address.
+constexpr size_t kMaxPendingConnects = 16;
+// Replies in flight at once; each waits at most kRejectSeconds.
+constexpr size_t kReplySlots = 16;
+// Addresses replied to lately stay in the front door's address vector (a
+// reply to the same client, or a flood's source, inserts nothing new); the
+// least recently used one leaves when another is needed.
+constexpr size_t kReplyPeers = 16;
+constexpr size_t kReplySlotSize = kMaxRejectReason + 64 + kMaxAddressLength;
 // A transfer during which no NIC completes anything for this long has lost
 // its client (one that stopped, or a provider that keeps writes to a dead
 // process in flight forever).
@@ -186,8 +206,7 @@ constexpr double kStallSeconds = 10.0;
 constexpr double kNoticeSeconds = 10.0;
 constexpr double kRejectSeconds = 2.0;
 constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
-// Why clients whose messages interleaved hear BUSY (OwedFills).
-constexpr char kClientsAtOnce[] = "sorting out requests of clients that came at once";
+constexpr char kTurnedAway[] = "too many messages waiting at its front door";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -221,9 +240,10 @@ class RandomFillServer {
         node_(node),
         run_writer_(run_writer),
         front_door_(front_door),
-        receive_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize)),
+        receive_buffer_(
+            Untouched(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize))),
         receive_region_(front_door_.Register(receive_buffer_)),
-        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kMaxRejectReason + 64)),
+        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReplySlots * kReplySlotSize)),
         reply_region_(front_door_.Register(reply_buffer_)) {}
 
   // The server is the node's last user: its endpoints close before any
@@ -234,6 +254,19 @@ class RandomFillServer {
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) Recovery::CloseEndpoint(node_.net(g, n));
     }
+  }
+
+  // The receive slots are large (a RANDOM_FILL may be 1 MiB) but messages
+  // are small: their pages are given back before registration (so a
+  // provider that pins, efa, pins them afresh), and only those a message
+  // touches count in the server's memory.
+  static Buffer Untouched(Buffer buffer) {
+    long page = sysconf(_SC_PAGESIZE);
+    auto start = reinterpret_cast<uintptr_t>(buffer.data());
+    uintptr_t first = (start + page - 1) / page * page;
+    uintptr_t last = (start + buffer.size()) / page * page;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    return buffer;
   }
 
   int Run() {
@@ -252,22 +285,34 @@ class RandomFillServer {
       // Between clients nothing is timed: after a while without a message
       // the wait sleeps a little between polls instead of keeping a core
       // busy (a reply then comes at most a fraction of a millisecond late).
-      if (front_door_.PollCompletion() > 0 || MailboxWaiting()) {
+      if (front_door_.PollCompletion() > 0 || !mailbox_.empty()) {
         idle_polls = 0;
       } else if (++idle_polls > kBusyIdlePolls) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         sweeper_.Sweep();  // after a poll: every name sent to us was taken
       }
+      CollectReplies();
+      drop_log_.Flush();
+      turn_log_.Flush();
+      busy_log_.Flush();
       while (!StopRequested()) {
-        std::optional<std::vector<uint8_t>> message = TakeMessage();
+        std::optional<FairMailbox::Message> message = TakeMessage();
         if (!message) break;
-        std::optional<bool> served = HandleMessage(*message);
+        std::optional<bool> served = HandleMessage(message->bytes);
         if (StopRequested()) break;
         if (served.has_value() && options_.once) return *served ? 0 : 1;
+        // Between messages the provider's queue is read again, so that a
+        // flood never waits there (its memory) while the mailbox is handled.
+        front_door_.PollCompletion();
       }
     }
-    std::printf("Stopping: %zu transfer(s) served, %zu failed, %zu message(s) dropped.\n", served_,
-                failed_, dropped_.load());
+    drop_log_.Flush(Clock::now(), /*force=*/true);
+    turn_log_.Flush(Clock::now(), /*force=*/true);
+    busy_log_.Flush(Clock::now(), /*force=*/true);
+    std::printf(
+        "Stopping: %zu transfer(s) served, %zu failed, %zu message(s) dropped, %zu turned "
+        "away.\n",
+        served_, failed_, dropped_.load(), turned_away_.load());
     DrainTransmits(node_, kDrainSeconds);
     return 0;
   }
@@ -281,165 +326,222 @@ class RandomFillServer {
     if (!options_.address_file.empty()) WriteFileAtomically(options_.address_file, address + "\n");
   }
 
-  bool MailboxWaiting() {
-    std::lock_guard<std::mutex> lock(mailbox_mutex_);
-    return !mailbox_.empty();
+  std::optional<FairMailbox::Message> TakeMessage() {
+    std::optional<FairMailbox::Message> message = mailbox_.Take();
+    if (message) taken_arrived_ = message->arrived;
+    return message;
   }
 
-  std::optional<std::vector<uint8_t>> TakeMessage() {
-    std::lock_guard<std::mutex> lock(mailbox_mutex_);
-    if (mailbox_.empty()) return std::nullopt;
-    std::vector<uint8_t> message = std::move(mailbox_.front().bytes);
-    taken_arrived_ = mailbox_.front().arrived;
-    mailbox_.pop_front();
-    return message;
+  // One line on stderr, at most a few a second (a flood would otherwise
+  // write gigabytes); the rest are counted.
+  void Dropped(const std::string& why) {
+    ++dropped_;
+    drop_log_.Line("server: dropped a message: " + why);
   }
 
   // While a transfer runs or the server recovers from one, the front door
   // is still answered, from a thread of its own (harness/recovery.h, bug B):
   // a CONNECT hears BUSY and its client asks again later; the RANDOM_FILL
-  // that follows it is dropped without a word. `what` is what keeps the
-  // server busy, for the client's line.
+  // that follows it (its session owes one) is dropped without a word; a
+  // PROBE hears ALIVE. `what` is what keeps the server busy.
   void AnswerWhileBusy(const std::vector<uint8_t>& message, const std::string& what) {
     try {
-      MessageType type = PeekMessageType(message.data(), message.size());
-      if (type == MessageType::kRandomFill) {
-        DecodeRandomFill(message.data(), message.size());
-        if (owed_fills_.Take(taken_arrived_)) return;  // its CONNECT heard BUSY
-        throw ProtocolError("RANDOM_FILL before CONNECT");
+      MessageHeader header = DecodeHeader(message.data(), message.size());
+      if (header.type == MessageType::kReject || header.type == MessageType::kBusy ||
+          header.type == MessageType::kAlive) {
+        throw ProtocolError("unexpected REJECT, BUSY or ALIVE (only the server sends those)");
       }
-      if (type == MessageType::kCancel) {
-        CancelMessage cancel = DecodeCancel(message.data(), message.size());
+      CheckClientSession(header);
+      const Session& session = header.session;
+      if (header.type == MessageType::kProbe) {
+        AnswerProbe(header, message.size());
+        return;
+      }
+      if (header.type == MessageType::kRandomFill) {
+        DecodeRandomFill(message.data(), message.size());
+        if (owed_fills_.Take(session, taken_arrived_)) return;  // its CONNECT heard BUSY
+        if (TakePendingConnect(session)) {
+          // Its CONNECT came before this transfer began: it hears BUSY now.
+          SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
+          return;
+        }
+        throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+      }
+      if (header.type == MessageType::kCancel) {
+        DecodeCancel(message.data(), message.size());
         std::lock_guard<std::mutex> lock(watch_mutex_);
-        if (cancel.remote_context == serving_context_) {
+        if (session == serving_session_) {
           client_left_ = true;
           if (watch_ != nullptr) watch_->Abandon(kClientLeft);
         }
         return;
       }
-      if (type != MessageType::kConnect) throw ProtocolError("unexpected message while busy");
-      ConnectMessage connect = DecodeConnect(message.data(), message.size());
-      owed_fills_.Add();  // the RANDOM_FILL that follows it goes unanswered
-      std::string note = SendReply(connect.nic_addresses[0], Encode(BusyMessage{what}), false);
-      std::printf("A client arrived while the server was %s: told it to wait (BUSY)%s.\n",
-                  what.c_str(), note.c_str());
-      std::fflush(stdout);
+      DecodeConnect(message.data(), message.size());
+      owed_fills_.Add(session);  // the RANDOM_FILL that follows it goes unanswered
+      // A client asks again 0.125 s after a BUSY at the soonest, so this
+      // limit silences only a flood (or a forger of its address).
+      if (!busy_limiter_.Allow(session.address, Clock::now())) return;
+      std::string note = SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
+      busy_log_.Line("server: a client arrived while the server was " + what +
+                     ": told it to wait (BUSY)" + note);
     } catch (const ProtocolError& e) {
-      ++dropped_;
-      std::fprintf(stderr, "server: dropped a message: %s\n", e.what());
+      Dropped(e.what());
     }
   }
 
-  // Clients whose CONNECT may be paired with another's RANDOM_FILL (one
-  // was pending, or another client's RANDOM_FILL is still owed) all hear
-  // BUSY and ask again (harness/recovery.h, OwedFills). Returns a note.
-  std::string TellBusyBeforePairing(const ConnectMessage& connect) {
-    std::string notes = TellPendingConnectBusy();
-    owed_fills_.Add();
-    notes += SendReply(connect.nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
-    return notes;
+  // ALIVE, at most once per address and 500 ms (a client PROBEs every 2 s):
+  // PROBEs that name someone else's address do not make the server a
+  // reflector.
+  void AnswerProbe(const MessageHeader& header, size_t length) {
+    if (header.body_offset != length) throw ProtocolError("PROBE: unexpected body");
+    if (!probe_limiter_.Allow(header.session.address, Clock::now())) return;
+    SendReply(header.session, EncodeEmpty(MessageType::kAlive, Session{header.session.nonce, {}}));
   }
 
-  // The pending CONNECT, if any, hears BUSY; its RANDOM_FILL is owed.
-  std::string TellPendingConnectBusy() {
-    if (!connect_) return "";
-    owed_fills_.Add();
-    std::string note =
-        SendReply(connect_->nic_addresses[0], Encode(BusyMessage{kClientsAtOnce}), false);
-    connect_.reset();
-    return note;
+  // The CONNECT of `session` still waiting for its RANDOM_FILL, taken out.
+  std::optional<ConnectMessage> TakePendingConnect(const Session& session) {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (auto it = pending_connects_.begin(); it != pending_connects_.end(); ++it) {
+      if (it->session == session) {
+        ConnectMessage connect = std::move(it->connect);
+        pending_connects_.erase(it);
+        return connect;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Keeps a CONNECT until the RANDOM_FILL of its session: one per address
+  // (a newer session of the same client replaces its older one), a few in
+  // all, each for OwedFills::kOwedSeconds at most. Returns false when there
+  // is no room.
+  bool KeepPendingConnect(const Session& session, ConnectMessage connect) {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    auto expired = [this](const PendingConnect& p) {
+      return taken_arrived_ - p.arrived > std::chrono::duration<double>(OwedFills::kOwedSeconds);
+    };
+    for (auto it = pending_connects_.begin(); it != pending_connects_.end();) {
+      if (it->session.address == session.address || expired(*it)) {
+        if (it->session.address != session.address) {
+          Dropped("a CONNECT that no RANDOM_FILL followed within 15 s");
+        }
+        it = pending_connects_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (pending_connects_.size() >= kMaxPendingConnects) return false;
+    pending_connects_.push_back(PendingConnect{session, std::move(connect), taken_arrived_});
+    return true;
   }
 
   void PostReceives() {
     for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
   }
 
+  // A message that finds no room in the mailbox is answered BUSY (at most
+  // once per address and ReplyLimiter interval) and counted, never queued.
   void PostReceive(size_t slot) {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
-    front_door_.PostRecv(buf, kMaxMessageSize, receive_region_.desc(),
-                         [this, slot, buf](Network&, RdmaOp& op) {
-                           std::unique_lock<std::mutex> lock(mailbox_mutex_);
-                           if (op.ok() && mailbox_.size() < kMaxWaitingMessages) {
-                             mailbox_.push_back(Received::Now(buf, op.received));
-                           } else if (op.ok()) {
-                             ++dropped_;
-                             std::fprintf(stderr,
-                                          "server: dropped a message (%zu bytes): %zu messages are "
-                                          "already waiting\n",
-                                          op.received, mailbox_.size());
-                           } else if (op.error != FI_ECANCELED) {
-                             // Longer than a receive buffer (FI_ETRUNC) or broken.
-                             ++dropped_;
-                             std::fprintf(stderr, "server: dropped a message (%zu bytes): %s\n",
-                                          op.received, op.error_message.c_str());
-                           }
-                           if (!StopRequested()) PostReceive(slot);
-                         });
+    front_door_.PostRecv(
+        buf, kMaxMessageSize, receive_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
+          if (op.ok()) {
+            const auto* data = reinterpret_cast<const uint8_t*>(buf);
+            FairMailbox::Message message{std::vector<uint8_t>(data, data + op.received),
+                                         Clock::now(), FairMailbox::SourceOf(data, op.received)};
+            std::vector<uint8_t> source = message.source;
+            FairMailbox::Refused refused = mailbox_.Push(std::move(message));
+            if (refused != FairMailbox::Refused::kNo) TurnAway(data, op.received, refused);
+          } else if (op.error != FI_ECANCELED) {
+            // Longer than a receive buffer (FI_ETRUNC) or broken.
+            Dropped(op.error_message + " (" + std::to_string(op.received) + " bytes)");
+          }
+          if (!StopRequested()) PostReceive(slot);
+        });
+  }
+
+  void TurnAway(const uint8_t* data, size_t length, FairMailbox::Refused refused) {
+    ++turned_away_;
+    std::string note;
+    try {
+      MessageHeader header = DecodeHeader(data, length);
+      CheckClientSession(header);
+      if (header.type == MessageType::kConnect || header.type == MessageType::kRandomFill) {
+        if (header.type == MessageType::kConnect) owed_fills_.Add(header.session);
+        if (busy_limiter_.Allow(header.session.address, Clock::now())) {
+          note = SendReply(header.session,
+                           Encode(BusyMessage{kTurnedAway}, Session{header.session.nonce, {}}));
+          if (note.empty()) note = "; told it BUSY";
+        }
+      }
+    } catch (const ProtocolError&) {
+      // Names no session: nobody to answer.
+    }
+    turn_log_.Line(std::string("server: turned away a message (") + std::to_string(length) +
+                   " bytes): " +
+                   (refused == FairMailbox::Refused::kSourceFull
+                        ? "its sender already has " + std::to_string(kMaxWaitingPerSource)
+                        : std::to_string(kMaxWaitingMessages)) +
+                   " messages waiting" + note);
   }
 
   // Returns the transfer's outcome when the message started one. Anything
   // the protocol does not expect is dropped with one line on stderr, and
   // the sender of a decodable CONNECT hears why in a REJECT.
   std::optional<bool> HandleMessage(const std::vector<uint8_t>& message) {
-    std::optional<ConnectMessage> reply_to;
-    bool is_connect = false;
+    std::optional<Session> reply_to;
     try {
-      MessageType type = PeekMessageType(message.data(), message.size());
-      if (type == MessageType::kConnect) {
-        ConnectMessage connect = DecodeConnect(message.data(), message.size());
-        reply_to = connect;
-        is_connect = true;
-        CheckConnectFitsServer(connect, Layout());
-        CheckClientAddresses(connect);
-        if (connect_ && taken_arrived_ - connect_since_ >
-                            std::chrono::duration<double>(OwedFills::kOwedSeconds)) {
-          ++dropped_;
-          std::fprintf(stderr,
-                       "server: dropped a message: a CONNECT that no RANDOM_FILL followed "
-                       "(a newer CONNECT replaces it)\n");
-          connect_.reset();
-        }
-        if (connect_ || owed_fills_.Any(taken_arrived_)) {
-          std::string notes = TellBusyBeforePairing(connect);
-          std::printf("Clients came at once: told them to wait (BUSY)%s.\n", notes.c_str());
-          return std::nullopt;
-        }
-        connect_ = std::move(connect);
-        connect_since_ = taken_arrived_;
-        std::printf("Received CONNECT: %u GPU(s) x %u NIC(s), %u buffer(s) per GPU.\n",
-                    connect_->num_gpus, connect_->nics_per_gpu, connect_->buffers_per_gpu);
+      MessageHeader header = DecodeHeader(message.data(), message.size());
+      if (header.type == MessageType::kReject || header.type == MessageType::kBusy ||
+          header.type == MessageType::kAlive) {
+        throw ProtocolError("unexpected REJECT, BUSY or ALIVE (only the server sends those)");
+      }
+      CheckClientSession(header);
+      const Session& session = header.session;
+      if (header.type == MessageType::kProbe) {
+        AnswerProbe(header, message.size());
         return std::nullopt;
       }
-      if (type == MessageType::kCancel) return std::nullopt;  // a transfer already over
-      if (type == MessageType::kReject || type == MessageType::kBusy) {
-        throw ProtocolError("unexpected REJECT or BUSY message (only the server sends those)");
+      if (header.type == MessageType::kCancel) return std::nullopt;  // a transfer already over
+      reply_to = session;
+      if (header.type == MessageType::kConnect) {
+        ConnectMessage connect = DecodeConnect(message.data(), message.size());
+        CheckConnectFitsServer(connect, Layout());
+        if (connect.nic_addresses[0] != session.address) {
+          throw ProtocolError("CONNECT: its session names another address than its NIC 0");
+        }
+        CheckClientAddresses(connect);
+        if (!KeepPendingConnect(session, std::move(connect))) {
+          owed_fills_.Add(session);
+          SendReply(session, Encode(BusyMessage{"too many clients connecting at once"},
+                                    Session{session.nonce, {}}));
+          busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
+        }
+        return std::nullopt;
       }
-      // A RANDOM_FILL, good or bad, ends the CONNECT before it.
-      if (connect_) {
-        reply_to = std::move(connect_);
-        connect_.reset();
-      }
+      // A RANDOM_FILL, good or bad, ends the CONNECT of its session.
+      std::optional<ConnectMessage> connect = TakePendingConnect(session);
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
-      if (!reply_to && owed_fills_.Take(taken_arrived_))
+      if (!connect && owed_fills_.Take(session, taken_arrived_))
         return std::nullopt;  // its CONNECT heard BUSY
-      if (!reply_to) throw ProtocolError("RANDOM_FILL before CONNECT");
-      CheckRequestFits(request, *reply_to, Layout());
+      if (!connect) throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+      CheckRequestFits(request, *connect, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
-      std::vector<fi_addr_t> peers = AddClientPeers(*reply_to);
-      return Serve(*reply_to, request, peers);
+      std::vector<fi_addr_t> peers = AddClientPeers(*connect);
+      std::printf("Received CONNECT: %u GPU(s) x %u NIC(s), %u buffer(s) per GPU.\n",
+                  connect->num_gpus, connect->nics_per_gpu, connect->buffers_per_gpu);
+      return Serve(*connect, session, request, peers);
     } catch (const ProtocolError& e) {
-      ++dropped_;
       // A failed insert can leave an address vector refusing every later
       // one: make the NICs whole before anything else uses them.
       std::string notes = Recover(/*always=*/false);
-      if (reply_to) notes += SendReject(*reply_to, e.what());
-      // Its RANDOM_FILL may still come, and must not meet another's CONNECT.
-      if (is_connect && (connect_ || owed_fills_.Any(taken_arrived_))) {
-        notes += TellPendingConnectBusy();
-        owed_fills_.Add();
+      // One REJECT per address and interval: a flood of bad messages is
+      // not answered in kind.
+      if (reply_to && reject_limiter_.Allow(reply_to->address, Clock::now())) {
+        notes +=
+            SendReply(*reply_to, Encode(RejectMessage{e.what()}, Session{reply_to->nonce, {}}));
       }
-      notes += Recover(/*always=*/false);
-      std::fprintf(stderr, "server: dropped a message: %s%s\n", e.what(), notes.c_str());
+      Dropped(e.what() + notes);
       return std::nullopt;
     }
   }
@@ -527,6 +629,9 @@ class RandomFillServer {
         Recovery::ResetEndpoint(front_door_, /*keep_address=*/false);
       }
       PostReceives();  // the old endpoint took the posted ones with it
+      // ...and its address vector, with every reply in flight.
+      reply_peers_.clear();
+      for (ReplySlot& reply : replies_) reply.state = ReplySlot::kFree;
       note = "; rebuilt the front door";
       if (front_door_.address() != before) {
         note += " (it has a new address)";
@@ -569,44 +674,133 @@ class RandomFillServer {
     std::fprintf(stderr, "server: recovered from it%s\n", note.c_str());
   }
 
-  // Best effort: a client that sent a well-formed but unservable request
-  // learns why at once instead of waiting for its timeout. Returns "" or a
-  // note on why no REJECT went out.
-  std::string SendReject(const ConnectMessage& client, const std::string& reason,
-                         bool while_stopping = false) {
-    const std::vector<uint8_t>& address = client.nic_addresses[0];
-    if (IsOwnAddress(address)) return "; no REJECT sent: the sender named this server";
-    return SendReply(address, Encode(RejectMessage{reason}), while_stopping);
-  }
-
-  // Sends `message` (a REJECT or a BUSY) to a client's NIC 0 through the
-  // front door and waits up to 2 s for it to go out.
-  std::string SendReply(const std::vector<uint8_t>& address, const std::vector<uint8_t>& message,
-                        bool while_stopping) {
-    if (address == front_door_.address()) return "; no reply sent: the sender named this server";
+  // Sends `message` (a REJECT, BUSY or ALIVE) to the session's address
+  // through the front door, best effort and without waiting: at most
+  // kReplySlots replies are in flight, each for kRejectSeconds at most
+  // (CollectReplies). Never to one of this server's own endpoints. Returns
+  // "" or a note on why no reply went out.
+  std::string SendReply(const Session& to, const std::vector<uint8_t>& message) {
+    if (IsOwnAddress(to.address)) return "; no reply sent: the sender named this server";
+    if (message.size() > kReplySlotSize) return "; no reply sent: too long";
+    CollectReplies();
+    // BUSYs, which a flood earns, leave a quarter of the slots to the
+    // others (ALIVE, REJECT), so that a waiting client's PROBE is answered.
+    size_t usable = PeekMessageType(message.data(), message.size()) == MessageType::kBusy
+                        ? kReplySlots - kReplySlots / 4
+                        : kReplySlots;
+    size_t slot = 0, in_use = 0;
+    for (const ReplySlot& reply : replies_) in_use += reply.state != ReplySlot::kFree;
+    while (slot < kReplySlots && replies_[slot].state != ReplySlot::kFree) ++slot;
+    if (slot == kReplySlots || in_use >= usable) {
+      ++replies_skipped_;
+      return "; no reply sent: " + std::to_string(kReplySlots) + " replies already in flight";
+    }
     fi_addr_t peer;
     try {
-      peer = front_door_.AddPeer(address);
+      std::optional<fi_addr_t> known = ReplyPeer(to.address);
+      if (!known) return "; no reply sent: every known peer has a reply in flight";
+      peer = *known;
     } catch (const RuntimeError& e) {
       return std::string("; no reply sent: ") + e.what();
     }
-    reply_buffer_.CopyFromHost(0, message.data(), message.size());
-    bool done = false;
-    front_door_.PostSend(peer, reply_buffer_.data(), message.size(), reply_region_.desc(),
-                         [&done](Network&, RdmaOp&) { done = true; });
-    auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
-    while (!done && Clock::now() < deadline && (while_stopping || !StopRequested())) {
-      front_door_.PollCompletion();
+    ReplySlot& reply = replies_[slot];
+    reply.state = ReplySlot::kInFlight;
+    reply.peer = peer;
+    reply.sent = Clock::now();
+    char* buf = static_cast<char*>(reply_buffer_.data()) + slot * kReplySlotSize;
+    std::memcpy(buf, message.data(), message.size());
+    front_door_.PostSend(
+        peer, buf, message.size(), reply_region_.desc(),
+        [this, slot](Network&, RdmaOp&) { replies_[slot].state = ReplySlot::kDone; });
+    return "";
+  }
+
+  // The front door's fi_addr_t for `address`: one of the kReplyPeers
+  // addresses replied to lately, or inserted now in place of the least
+  // recently used one that has no reply in flight (nullopt when all have).
+  // Throws RuntimeError when the provider refuses the address.
+  std::optional<fi_addr_t> ReplyPeer(const std::vector<uint8_t>& address) {
+    for (auto it = reply_peers_.begin(); it != reply_peers_.end(); ++it) {
+      if (it->first == address) {
+        auto known = *it;
+        reply_peers_.erase(it);
+        reply_peers_.push_back(known);
+        return known.second;
+      }
     }
-    std::string note;
-    if (!done) {
-      // `done` lives on this stack: nothing may call back once we return.
+    if (reply_peers_.size() >= kReplyPeers) {
+      auto in_flight = [this](fi_addr_t peer) {
+        for (const ReplySlot& reply : replies_) {
+          if (reply.state != ReplySlot::kFree && reply.peer == peer) return true;
+        }
+        return false;
+      };
+      auto oldest = reply_peers_.begin();
+      while (oldest != reply_peers_.end() && in_flight(oldest->second)) ++oldest;
+      if (oldest == reply_peers_.end()) return std::nullopt;
+      front_door_.RemovePeer(oldest->second);
+      reply_peers_.erase(oldest);
+    }
+    fi_addr_t peer = front_door_.AddPeer(address);
+    reply_peers_.emplace_back(address, peer);
+    return peer;
+  }
+
+  // Frees the slots of replies that went out, and gives up those the
+  // provider has not taken within kRejectSeconds (a peer that stopped
+  // reading).
+  void CollectReplies() {
+    auto now = Clock::now();
+    bool stuck = false;
+    for (ReplySlot& reply : replies_) {
+      if (reply.state == ReplySlot::kInFlight &&
+          now - reply.sent > std::chrono::duration<double>(kRejectSeconds)) {
+        stuck = true;
+      }
+    }
+    if (stuck) {
+      // Nothing may call back into a slot once it is free again.
       Recovery::CancelQueuedTransmits(front_door_);
       front_door_.PollCompletion();
-      if (!done) Recovery::DetachTransmits(front_door_);
-      note = "; the reply was not taken within 2 s";
+      bool detach = false;
+      for (ReplySlot& reply : replies_) {
+        if (reply.state == ReplySlot::kInFlight &&
+            now - reply.sent > std::chrono::duration<double>(kRejectSeconds)) {
+          detach = true;
+        }
+      }
+      if (detach) {
+        Recovery::DetachTransmits(front_door_);
+        for (ReplySlot& reply : replies_) {
+          if (reply.state == ReplySlot::kInFlight) reply.state = ReplySlot::kDone;
+        }
+        ++replies_given_up_;
+      }
     }
-    front_door_.RemovePeer(peer);
+    for (ReplySlot& reply : replies_) {
+      if (reply.state == ReplySlot::kDone) reply.state = ReplySlot::kFree;
+    }
+  }
+
+  // Waits (up to kRejectSeconds) until every reply in flight went out.
+  std::string WaitForReplies(bool while_stopping) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
+    auto in_flight = [this] {
+      for (const ReplySlot& reply : replies_) {
+        if (reply.state == ReplySlot::kInFlight) return true;
+      }
+      return false;
+    };
+    while (in_flight() && Clock::now() < deadline && (while_stopping || !StopRequested())) {
+      front_door_.PollCompletion();
+    }
+    std::string note = in_flight() ? "; the reply was not taken within 2 s" : "";
+    if (!note.empty()) {
+      for (ReplySlot& reply : replies_) {
+        if (reply.state == ReplySlot::kInFlight) reply.sent = Clock::time_point{};
+      }
+    }
+    CollectReplies();
     return note;
   }
 
@@ -674,8 +868,8 @@ class RandomFillServer {
     return error->empty();
   }
 
-  bool Serve(const ConnectMessage& connect, const RandomFillRequest& request,
-             const std::vector<fi_addr_t>& peers) {
+  bool Serve(const ConnectMessage& connect, const Session& session,
+             const RandomFillRequest& request, const std::vector<fi_addr_t>& peers) {
     std::printf("Received RANDOM_FILL: %llu page(s) of %llu bytes, seed %llu, repeat %llu.\n",
                 static_cast<unsigned long long>(request.num_pages()),
                 static_cast<unsigned long long>(request.page_size),
@@ -692,17 +886,22 @@ class RandomFillServer {
     {
       // A CANCEL may come before the transfer starts (while the buffers fill).
       std::lock_guard<std::mutex> lock(watch_mutex_);
-      serving_context_ = request.remote_context;
+      serving_session_ = session;
       client_left_ = false;
     }
     std::optional<BusyAnswerer> busy(std::in_place, [this] {
       size_t handled = front_door_.PollCompletion();
       while (busy_) {
-        std::optional<std::vector<uint8_t>> message = TakeMessage();
+        std::optional<FairMailbox::Message> message = TakeMessage();
         if (!message) break;
-        AnswerWhileBusy(*message, busy_what_.load());
+        AnswerWhileBusy(message->bytes, busy_what_.load());
         ++handled;
+        front_door_.PollCompletion();  // a flood must not wait in the provider
       }
+      CollectReplies();
+      drop_log_.Flush();
+      turn_log_.Flush();
+      busy_log_.Flush();
       if (handled == 0) sweeper_.Sweep();
       return handled;
     });
@@ -771,8 +970,9 @@ class RandomFillServer {
     // REJECT throughout), instead of waiting for its --timeout; also when
     // this server is stopping. A client known to be dead is not asked.
     if (!outcome.ok && !client_left_ && !PeerKnownDead(front_door_, connect.nic_addresses[0])) {
-      repaired += SendReject(connect, kTransferAbandonedReason + outcome.error,
-                             /*while_stopping=*/true);
+      repaired += SendReply(session, Encode(RejectMessage{kTransferAbandonedReason + outcome.error},
+                                            Session{session.nonce, {}}));
+      repaired += WaitForReplies(/*while_stopping=*/true);
     }
     SweepPastClients(connect);
 
@@ -873,31 +1073,57 @@ class RandomFillServer {
   OwedFills owed_fills_;                    // RANDOM_FILLs of clients told BUSY, still to come
   std::mutex watch_mutex_;                  // the front door's thread ends a transfer a client left
   TransferWatch* watch_ = nullptr;
-  uint32_t serving_context_ = 0;
+  Session serving_session_;
   bool client_left_ = false;
-  std::mutex mailbox_mutex_;  // the mailbox is filled by whoever polls the front door
-  struct Received {
-    std::vector<uint8_t> bytes;
+  // Filled by whoever polls the front door (the main loop, or the
+  // BusyAnswerer while a transfer runs).
+  FairMailbox mailbox_{kMaxWaitingMessages, kMaxWaitingPerSource};
+  struct PendingConnect {
+    Session session;
+    ConnectMessage connect;
     Clock::time_point arrived;
-    static Received Now(const char* data, size_t length) {
-      return {std::vector<uint8_t>(data, data + length), Clock::now()};
-    }
   };
-  std::deque<Received> mailbox_;
+  std::mutex pending_mutex_;
+  std::deque<PendingConnect> pending_connects_;
+  struct ReplySlot {
+    enum State { kFree, kInFlight, kDone } state = kFree;
+    fi_addr_t peer = FI_ADDR_UNSPEC;
+    Clock::time_point sent{};
+  };
+  std::array<ReplySlot, kReplySlots> replies_{};  // only the front door's poller uses them
+  std::deque<std::pair<std::vector<uint8_t>, fi_addr_t>> reply_peers_;  // oldest use first
+  size_t replies_skipped_ = 0;
+  size_t replies_given_up_ = 0;
+  ReplyLimiter busy_limiter_{std::chrono::milliseconds(100)};
+  ReplyLimiter probe_limiter_{std::chrono::milliseconds(500)};
+  ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
+  RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped"};
+  RateLimitedLog turn_log_{5, std::chrono::seconds(10), "server: also turned away"};
+  RateLimitedLog busy_log_{5, std::chrono::seconds(10), "server: also told"};
   // When the message last taken arrived (OwedFills); only the thread that
   // reads the front door's messages (the main loop, or the BusyAnswerer
   // while it runs) uses it.
   Clock::time_point taken_arrived_{};
-  std::optional<ConnectMessage> connect_;
-  Clock::time_point connect_since_{};
   size_t served_ = 0;
   size_t failed_ = 0;
   std::atomic<size_t> dropped_{0};
+  std::atomic<size_t> turned_away_{0};
   StaleFileSweeper sweeper_{front_door_};
   std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses
 };
 
 }  // namespace
+
+// ofi_rxm (what "tcp" is on libfabric 1.x) keeps receive buffers of about
+// 16 KB posted on its connections (4096 by default) and reads up to 32
+// messages per progress call into them; a message that no receive of ours
+// matches yet stays in its buffer, which is replaced by a new one, so the
+// pool grows without bound while a flood outruns the front door (which
+// takes at most 16 completions per fi_cq_read). With 8 buffers posted, a
+// flood waits in the kernel's socket buffers (TCP flow control) instead of
+// in the server's memory. Set before the provider first reads it (the
+// first fi_getinfo); a value the user set wins. Other providers ignore it.
+void LimitProviderReceiveBuffers() { setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", /*overwrite=*/0); }
 
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
                const NetworkSetup& setup) {
@@ -905,6 +1131,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
   return GuardedMain(program.c_str(), [&]() -> int {
     ServerOptions options;
     if (!ParseServerOptions(argc, argv, chapter, &options)) return 0;
+    LimitProviderReceiveBuffers();
     InstallStopHandlers();
     InstallCrashGuard(program.c_str());
     // Ctrl-C waits while the endpoints open (harness/recovery.h, bug B).

@@ -274,30 +274,38 @@ BusyAnswerer::~BusyAnswerer() {
 }
 
 void OwedFills::Expire(TimePoint arrived) {
-  while (!owed_since_.empty() &&
-         arrived - owed_since_.front() > std::chrono::duration<double>(kOwedSeconds))
-    owed_since_.pop_front();
+  while (!owed_.empty() &&
+         arrived - owed_.front().first > std::chrono::duration<double>(kOwedSeconds))
+    owed_.pop_front();
 }
 
-void OwedFills::Add(size_t clients) {
+void OwedFills::Add(const Session& session) {
   std::lock_guard<std::mutex> lock(mutex_);
-  owed_since_.insert(owed_since_.end(), clients, std::chrono::steady_clock::now());
+  for (auto it = owed_.begin(); it != owed_.end(); ++it) {
+    if (it->second == session) {
+      owed_.erase(it);
+      break;
+    }
+  }
+  owed_.emplace_back(std::chrono::steady_clock::now(), session);
+  if (owed_.size() > kMaxOwed) owed_.pop_front();
 }
 
-bool OwedFills::Take(TimePoint arrived) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Expire(arrived);
-  if (owed_since_.empty()) return false;
-  // A RANDOM_FILL names no sender: it pays the newest debt, so that the
-  // oldest (most likely a client that died) keeps its own deadline.
-  owed_since_.pop_back();
-  return true;
-}
-
-bool OwedFills::Any(TimePoint arrived) {
+bool OwedFills::Take(const Session& session, TimePoint arrived) {
   std::lock_guard<std::mutex> lock(mutex_);
   Expire(arrived);
-  return !owed_since_.empty();
+  for (auto it = owed_.begin(); it != owed_.end(); ++it) {
+    if (it->second == session) {
+      owed_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t OwedFills::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return owed_.size();
 }
 
 void StaleFileSweeper::Sweep() {

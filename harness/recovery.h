@@ -51,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/messages.h"
 #include "common/network.h"
 #include "common/node.h"
 #include "harness/recovery_nic.h"
@@ -163,41 +164,33 @@ class BusyAnswerer {
   std::thread thread_;
 };
 
-// Neither CONNECT nor RANDOM_FILL names its sender, so the server pairs a
-// RANDOM_FILL with the CONNECT before it. That is safe only while no other
-// client's RANDOM_FILL can be on its way: clients started at once can
-// interleave their messages (A's CONNECT, B's CONNECT, B's RANDOM_FILL,
-// A's RANDOM_FILL), and a client told BUSY still sends the RANDOM_FILL that
-// follows its CONNECT. This counts those RANDOM_FILLs still to come. While
-// any is owed, a CONNECT hears BUSY too, and a RANDOM_FILL that arrives is
-// one of them, dropped without a word (its client asks again). A client
-// stopped between its two messages never sends the second: the count is
-// forgotten once a message arrives more than kOwedSeconds after the last
-// client was added, judged by when the message arrived, not when it is
-// read (a server slow to read must not forget a RANDOM_FILL that came in
-// time). kOwedSeconds is longer than a client's default --connect-timeout
-// (10 s), within which a live client's RANDOM_FILL follows its CONNECT
-// (with 5 s, one of 8 clients at once over tcp under AddressSanitizer
-// waited in vain for its writes).
+// The RANDOM_FILLs owed by clients told BUSY after their CONNECT: such a
+// client still sends the RANDOM_FILL that follows (it sends both at once),
+// and that message must be dropped without a word (it already heard why),
+// never paired with anything. Kept per session (messages.h): a client's
+// debt is its own, paid only by its own RANDOM_FILL; a client that died
+// after its CONNECT owes one until it expires, kOwedSeconds after it was
+// added, judged by when the message arrived (a server slow to read must
+// not forget a RANDOM_FILL that came in time). At most kMaxOwed sessions
+// are remembered (a flood of CONNECTs pushes out the oldest, whose
+// RANDOM_FILL then meets "no CONNECT" and is dropped with a line).
 // Thread-safe (the main loop and the BusyAnswerer both use it).
 class OwedFills {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   static constexpr double kOwedSeconds = 15.0;
-  // `clients` more clients were told BUSY after their CONNECT.
-  void Add(size_t clients = 1);
-  // A RANDOM_FILL that arrived at `arrived`: true when it is one of those owed.
-  bool Take(TimePoint arrived);
-  // Whether a message that arrived at `arrived` may meet an owed RANDOM_FILL.
-  bool Any(TimePoint arrived);
+  static constexpr size_t kMaxOwed = 256;
+  // The client of `session` was told BUSY after its CONNECT.
+  void Add(const Session& session);
+  // A RANDOM_FILL of `session` that arrived at `arrived`: true when it
+  // was owed (and is now paid).
+  bool Take(const Session& session, TimePoint arrived);
+  size_t size();
 
  private:
   void Expire(TimePoint arrived);
   std::mutex mutex_;
-  // When each owed RANDOM_FILL was added, oldest first. Each expires on its
-  // own: a client that died after its CONNECT must not be kept owed by the
-  // retries of a live one (one count with one clock would be, forever).
-  std::deque<TimePoint> owed_since_;
+  std::deque<std::pair<TimePoint, Session>> owed_;  // oldest first
 };
 
 // shm: removes the /dev/shm files of processes of this user that died

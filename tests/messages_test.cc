@@ -35,6 +35,47 @@ RandomFillRequest SampleRequest() {
 
 ServerLayout SampleServer() { return ServerLayout{2, 2, 2, 1 << 20}; }
 
+size_t BodyOffset(const std::vector<uint8_t>& bytes) {
+  return DecodeHeader(bytes.data(), bytes.size()).body_offset;
+}
+
+Session SampleSession() { return Session{0x0123456789ABCDEFull, std::vector<uint8_t>(18, 's')}; }
+
+TEST(MessagesTest, EveryMessageCarriesItsSession) {
+  const Session session = SampleSession();
+  for (auto bytes : {Encode(SampleConnect(), session), Encode(SampleRequest(), session),
+                     Encode(CancelMessage{7}, session), EncodeEmpty(MessageType::kProbe, session),
+                     Encode(BusyMessage{"x"}, Session{session.nonce, {}})}) {
+    MessageHeader header = DecodeHeader(bytes.data(), bytes.size());
+    EXPECT_EQ(header.session.nonce, session.nonce);
+    EXPECT_LE(header.body_offset, bytes.size());
+  }
+  std::vector<uint8_t> connect = Encode(SampleConnect(), session);
+  EXPECT_EQ(DecodeHeader(connect.data(), connect.size()).session, session);
+  EXPECT_EQ(DecodeConnect(connect.data(), connect.size()).nic_addresses,
+            SampleConnect().nic_addresses);
+  std::vector<uint8_t> probe = EncodeEmpty(MessageType::kProbe, session);
+  EXPECT_EQ(PeekMessageType(probe.data(), probe.size()), MessageType::kProbe);
+  EXPECT_EQ(BodyOffset(probe), probe.size());
+}
+
+TEST(MessagesTest, AClientMessageMustNameASession) {
+  for (const Session& none : {Session{}, Session{5, {}}, Session{0, {1, 2, 3}}}) {
+    std::vector<uint8_t> bytes = Encode(SampleRequest(), none);
+    EXPECT_THROW(CheckClientSession(DecodeHeader(bytes.data(), bytes.size())), ProtocolError);
+  }
+  std::vector<uint8_t> bytes = Encode(SampleRequest(), SampleSession());
+  EXPECT_NO_THROW(CheckClientSession(DecodeHeader(bytes.data(), bytes.size())));
+}
+
+TEST(MessagesTest, ASessionAddressThatLiesAboutItsLengthIsRejected) {
+  std::vector<uint8_t> bytes = Encode(SampleRequest(), SampleSession());
+  bytes[kMessageHeaderSize + 8] = 0xFF;  // address length 0x..FF, past the message
+  EXPECT_THROW(DecodeHeader(bytes.data(), bytes.size()), ProtocolError);
+  bytes[kMessageHeaderSize + 9] = 0x7F;  // longer than any address
+  EXPECT_THROW(DecodeHeader(bytes.data(), bytes.size()), ProtocolError);
+}
+
 TEST(MessagesTest, ConnectRoundTrip) {
   ConnectMessage m = SampleConnect();
   std::vector<uint8_t> bytes = Encode(m);
@@ -105,16 +146,17 @@ TEST(MessagesTest, BadMagicAndTypeAreRejected) {
 
 TEST(MessagesTest, InconsistentPageCountIsRejected) {
   std::vector<uint8_t> bytes = Encode(SampleRequest());
-  bytes[12 + 4 + 8 + 8] = 6;  // announces 6 pages, carries 5
+  bytes[BodyOffset(bytes) + 4 + 8 + 8] = 6;  // announces 6 pages, carries 5
   EXPECT_THROW(DecodeRandomFill(bytes.data(), bytes.size()), ProtocolError);
 }
 
 TEST(MessagesTest, HugeLayoutIsRejectedBeforeAllocating) {
   ConnectMessage m = SampleConnect(1, 1, 1);
   std::vector<uint8_t> bytes = Encode(m);
-  bytes[12] = 0xFF;  // num_gpus = 0x...FF
-  bytes[13] = 0xFF;
-  bytes[14] = 0xFF;
+  size_t body = BodyOffset(bytes);
+  bytes[body] = 0xFF;  // num_gpus = 0x...FF
+  bytes[body + 1] = 0xFF;
+  bytes[body + 2] = 0xFF;
   EXPECT_THROW(DecodeConnect(bytes.data(), bytes.size()), ProtocolError);
 }
 

@@ -1,8 +1,6 @@
 // OwedFills (harness/recovery.h): the RANDOM_FILLs still owed by clients told
-// BUSY. A client that died after its CONNECT owes one forever; a live client
-// that keeps retrying must not keep that debt alive (it did once: every
-// retry reset one shared clock, and the live client heard BUSY until its
-// --timeout, //tests:eq_errors_test).
+// BUSY, kept per session. A client that died after its CONNECT owes one
+// until its own deadline; another client's RANDOM_FILL never pays it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,39 +14,42 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+Session Client(uint64_t nonce, uint8_t address = 1) {
+  return Session{nonce, std::vector<uint8_t>(16, address)};
+}
+
 TEST(OwedFills, NothingOwedAtFirst) {
   OwedFills owed;
-  EXPECT_FALSE(owed.Any(Clock::now()));
-  EXPECT_FALSE(owed.Take(Clock::now()));
+  EXPECT_FALSE(owed.Take(Client(1), Clock::now()));
 }
 
-TEST(OwedFills, EachFillPaysOneDebt) {
+TEST(OwedFills, OnlyTheSessionsOwnFillPaysItsDebt) {
   OwedFills owed;
-  owed.Add(2);
-  EXPECT_TRUE(owed.Take(Clock::now()));
-  EXPECT_TRUE(owed.Any(Clock::now()));
-  EXPECT_TRUE(owed.Take(Clock::now()));
-  EXPECT_FALSE(owed.Any(Clock::now()));
+  owed.Add(Client(7));
+  EXPECT_FALSE(owed.Take(Client(8), Clock::now())) << "another nonce paid it";
+  EXPECT_FALSE(owed.Take(Client(7, 2), Clock::now())) << "another address paid it";
+  EXPECT_TRUE(owed.Take(Client(7), Clock::now()));
+  EXPECT_FALSE(owed.Take(Client(7), Clock::now())) << "paid twice";
 }
 
-TEST(OwedFills, DeadClientsDebtExpiresWhileALiveOneRetries) {
+TEST(OwedFills, ADebtExpiresOnItsOwnDeadline) {
   OwedFills owed;
-  const Clock::time_point dead_told_busy = Clock::now();
-  owed.Add();  // a client that will never send its RANDOM_FILL
+  const Clock::time_point told_busy = Clock::now();
+  owed.Add(Client(1));  // a client that will never send its RANDOM_FILL
   std::this_thread::sleep_for(milliseconds(50));
-  owed.Add();                            // a live client's retry, told BUSY
-  EXPECT_TRUE(owed.Take(Clock::now()));  // its RANDOM_FILL
+  owed.Add(Client(2));  // a live client's retry, told BUSY
   const auto seconds = std::chrono::duration<double>(OwedFills::kOwedSeconds);
-  const auto just_after =
-      dead_told_busy + std::chrono::duration_cast<Clock::duration>(seconds) + milliseconds(30);
-  EXPECT_FALSE(owed.Any(just_after)) << "the dead client's debt outlived its own deadline";
+  const auto deadline = told_busy + std::chrono::duration_cast<Clock::duration>(seconds);
+  EXPECT_FALSE(owed.Take(Client(1), deadline + milliseconds(30)));
+  EXPECT_TRUE(owed.Take(Client(2), deadline + milliseconds(30)));
 }
 
-TEST(OwedFills, ADebtLivesUntilItsDeadline) {
+TEST(OwedFills, AFloodKeepsAtMostTheNewestSessions) {
   OwedFills owed;
-  owed.Add();
-  const auto seconds = std::chrono::duration<double>(OwedFills::kOwedSeconds);
-  EXPECT_TRUE(owed.Any(Clock::now() + std::chrono::duration_cast<Clock::duration>(seconds / 2)));
+  for (uint64_t i = 1; i <= OwedFills::kMaxOwed + 100; ++i) owed.Add(Client(i));
+  EXPECT_EQ(owed.size(), OwedFills::kMaxOwed);
+  EXPECT_FALSE(owed.Take(Client(1), Clock::now()));
+  EXPECT_TRUE(owed.Take(Client(OwedFills::kMaxOwed + 100), Clock::now()));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -150,7 +151,17 @@ class LiveServer {
   std::string log() const {
     return "--- server stdout:\n" + out() + "--- server stderr:\n" + err();
   }
-  size_t dropped() const { return CountLines(err(), "dropped a message"); }
+  // One line per message, and past a few a second one line with the count
+  // of those left out ("also dropped N more").
+  size_t dropped() const {
+    std::string text = "\n" + err();
+    size_t count = CountLines(text, "\nserver: dropped a message");
+    const std::string summary = "server: also dropped ";
+    for (size_t at = text.find(summary); at != std::string::npos; at = text.find(summary, at + 1)) {
+      count += std::strtoul(text.c_str() + at + summary.size(), nullptr, 10);
+    }
+    return count;
+  }
   // Transfers the server gave up.
   size_t abandoned() const { return CountLines(out(), "Transfer abandoned"); }
   // Not inside a transfer: the server printed that it waits for a client
@@ -259,7 +270,15 @@ class RawSender {
         reply_region_(net_.Register(reply_buffer_)) {
     server_ = net_.AddPeer(server_address);
     for (size_t slot = 0; slot < kReplySlots; ++slot) ListenForReply(slot);
+    session_ = Session{std::random_device{}() | 1, net_.address()};
   }
+
+  // A message of this sender's session, as a client sends it.
+  template <typename Message>
+  std::vector<uint8_t> Wire(const Message& message) const {
+    return Encode(message, session_);
+  }
+  const Session& session() const { return session_; }
   ~RawSender() { Recovery::CloseEndpoint(net_); }  // before the buffers go
 
   const std::vector<uint8_t>& address() const { return net_.address(); }
@@ -333,6 +352,7 @@ class RawSender {
   MemoryRegion reply_region_;
   fi_addr_t server_ = FI_ADDR_UNSPEC;
   std::vector<std::string> rejects_;
+  Session session_;
 };
 
 std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
@@ -379,8 +399,8 @@ std::vector<Batch> HostileBatches(const std::string& provider, const RawSender& 
                                   const std::vector<uint8_t>& server_address) {
   std::mt19937_64 rng(20261122);
   std::vector<Batch> batches;
-  const std::vector<uint8_t> connect = Encode(sender.Connect());
-  const std::vector<uint8_t> request = Encode(Request({0, 1, 2, 3, 4, 5, 6, 7}));
+  const std::vector<uint8_t> connect = sender.Wire(sender.Connect());
+  const std::vector<uint8_t> request = sender.Wire(Request({0, 1, 2, 3, 4, 5, 6, 7}));
 
   Batch garbage{"garbage", {}, {}};
   garbage.dropped.push_back({});  // an empty message
@@ -408,28 +428,28 @@ std::vector<Batch> HostileBatches(const std::string& provider, const RawSender& 
   batches.push_back(order);
 
   Batch layout{"wrong layout", {}, {}};
-  layout.dropped.push_back(Encode(sender.Connect(2, 2, 2)));
-  layout.dropped.push_back(Encode(sender.Connect(1, 3, 2)));
-  layout.dropped.push_back(Encode(sender.Connect(1, 2, 3)));
+  layout.dropped.push_back(sender.Wire(sender.Connect(2, 2, 2)));
+  layout.dropped.push_back(sender.Wire(sender.Connect(1, 3, 2)));
+  layout.dropped.push_back(sender.Wire(sender.Connect(1, 2, 3)));
   ConnectMessage empty_region = sender.Connect();
   empty_region.regions[1].size = 0;
-  layout.dropped.push_back(Encode(empty_region));
+  layout.dropped.push_back(sender.Wire(empty_region));
   ConnectMessage wrapping = sender.Connect();
   wrapping.regions[2].addr = std::numeric_limits<uint64_t>::max() - 100;
-  layout.dropped.push_back(Encode(wrapping));
+  layout.dropped.push_back(sender.Wire(wrapping));
   batches.push_back(layout);
 
   // Each after a valid CONNECT.
   Batch requests{"bad RANDOM_FILL after a good CONNECT", {}, connect};
   uint32_t slots = kBufferSize / kPageSize;
-  requests.dropped.push_back(Encode(Request({0, slots})));               // index outside
-  requests.dropped.push_back(Encode(Request({7, 3, 7})));                // repeated
-  requests.dropped.push_back(Encode(Request({0}, 12)));                  // not a multiple of 8
-  requests.dropped.push_back(Encode(Request({0}, 0)));                   // empty pages
-  requests.dropped.push_back(Encode(Request({0, 1}, 2 * kBufferSize)));  // larger than buffers
+  requests.dropped.push_back(sender.Wire(Request({0, slots})));               // index outside
+  requests.dropped.push_back(sender.Wire(Request({7, 3, 7})));                // repeated
+  requests.dropped.push_back(sender.Wire(Request({0}, 12)));                  // not a multiple of 8
+  requests.dropped.push_back(sender.Wire(Request({0}, 0)));                   // empty pages
+  requests.dropped.push_back(sender.Wire(Request({0, 1}, 2 * kBufferSize)));  // larger than buffers
   std::vector<uint32_t> too_many(slots + 1);
   for (uint32_t i = 0; i < too_many.size(); ++i) too_many[i] = i;
-  requests.dropped.push_back(Encode(Request(too_many)));  // more pages than slots
+  requests.dropped.push_back(sender.Wire(Request(too_many)));  // more pages than slots
   batches.push_back(requests);
 
   // A CONNECT claiming exabyte regions: the checks must not size anything
@@ -437,8 +457,8 @@ std::vector<Batch> HostileBatches(const std::string& provider, const RawSender& 
   Batch huge{"exabyte regions", {}, {}};
   ConnectMessage claims = sender.Connect();
   for (auto& region : claims.regions) region.size = uint64_t{1} << 62;
-  huge.prelude = Encode(claims);
-  huge.dropped.push_back(Encode(Request({5, 5}, 8)));
+  huge.prelude = sender.Wire(claims);
+  huge.dropped.push_back(sender.Wire(Request({5, 5}, 8)));
   batches.push_back(huge);
 
   // Addresses the provider's AV would refuse or misread, and the server's
@@ -450,20 +470,20 @@ std::vector<Batch> HostileBatches(const std::string& provider, const RawSender& 
   } else {
     bad.nic_addresses[1] = {2, 0, 0, 1};  // 4 bytes are no sockaddr_in
   }
-  addresses.dropped.push_back(Encode(bad));
+  addresses.dropped.push_back(sender.Wire(bad));
   ConnectMessage family = sender.Connect();
   family.nic_addresses[0].assign(family.nic_addresses[0].size(), 0);  // poisons tcp's AV
-  addresses.dropped.push_back(Encode(family));
+  addresses.dropped.push_back(sender.Wire(family));
   ConnectMessage self = sender.Connect();
   self.nic_addresses[1] = server_address;
-  addresses.dropped.push_back(Encode(self));
+  addresses.dropped.push_back(sender.Wire(self));
   if (provider == "shm") {
     // Names shm takes without a word, then crashes on (see network.cc).
     for (std::string name : {"fi_shm://999999:0:0", "fi_shm://../../etc/passwd"}) {
       ConnectMessage missing = sender.Connect();
       missing.nic_addresses[1].assign(name.begin(), name.end());
       missing.nic_addresses[1].push_back(0);
-      addresses.dropped.push_back(Encode(missing));
+      addresses.dropped.push_back(sender.Wire(missing));
     }
   }
   batches.push_back(addresses);
@@ -524,8 +544,10 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
       address = {2, 0, 0, 1, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};  // 127.0.0.1:1
     }
     size_t abandoned = server.abandoned();
-    ASSERT_TRUE(sender.Send(Encode(gone)));
-    ASSERT_TRUE(sender.Send(Encode(Request({0, 1, 2, 3}))));
+    // Its session names the address nobody listens on, as its NIC 0 does.
+    const Session nobody{sender.session().nonce, gone.nic_addresses[0]};
+    ASSERT_TRUE(sender.Send(Encode(gone, nobody)));
+    ASSERT_TRUE(sender.Send(Encode(Request({0, 1, 2, 3}), nobody)));
     EXPECT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, abandoned + 1, 40, poll))
         << server.log();
     std::printf("reliability: tcp client nobody listens for: %s",

@@ -59,18 +59,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string dir = argv[1];
+  // A client's session: its nonce and NIC 0 address (18 bytes, shm-like).
+  const Session s{0x5E5510A, std::vector<uint8_t>(18, 's')};
   // 1 MiB buffers: exponent 8 (4096 << 8). shm-like 18-byte names,
   // tcp-like 16-byte and EFA-like 32-byte addresses.
-  Write(dir + "/shm_pair", Encode(Connect(1, 2, 2, 18, 1 << 20)),
-        Encode(Request(4096, {3, 1, 200, 0, 255})), 8);
-  Write(dir + "/tcp_pair", Encode(Connect(2, 2, 2, 16, 1 << 20)),
-        Encode(Request(65536, {0, 15, 7})), 8);
-  Write(dir + "/efa_pair", Encode(Connect(8, 4, 2, 32, 64 << 20)),
-        Encode(Request(65536, {999, 0, 512})), 14);
-  Write(dir + "/small_region", Encode(Connect(1, 1, 1, 18, 8192)), Encode(Request(4096, {0, 1})),
-        8);
-  Write(dir + "/connect_only", Encode(Connect(1, 2, 2, 18, 1 << 20)), {}, 8);
-  Write(dir + "/request_only", {}, Encode(Request(8, {0})), 0);
-  Write(dir + "/reject", Encode(RejectMessage{"the server says no"}), {}, 8);
+  Write(dir + "/shm_pair", Encode(Connect(1, 2, 2, 18, 1 << 20), s),
+        Encode(Request(4096, {3, 1, 200, 0, 255}), s), 8);
+  Write(dir + "/tcp_pair", Encode(Connect(2, 2, 2, 16, 1 << 20), s),
+        Encode(Request(65536, {0, 15, 7}), s), 8);
+  Write(dir + "/efa_pair", Encode(Connect(8, 4, 2, 32, 64 << 20), s),
+        Encode(Request(65536, {999, 0, 512}), s), 14);
+  Write(dir + "/small_region", Encode(Connect(1, 1, 1, 18, 8192), s),
+        Encode(Request(4096, {0, 1}), s), 8);
+  Write(dir + "/connect_only", Encode(Connect(1, 2, 2, 18, 1 << 20), s), {}, 8);
+  Write(dir + "/request_only", {}, Encode(Request(8, {0}), s), 0);
+  Write(dir + "/reject", Encode(RejectMessage{"the server says no"}, Session{s.nonce, {}}), {}, 8);
+  Write(dir + "/probe", EncodeEmpty(MessageType::kProbe, s), {}, 8);
   return 0;
 }

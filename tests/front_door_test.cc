@@ -1,0 +1,81 @@
+// The front door under a flood (common/front_door.h): a source cannot push
+// out the others, replies to one address are limited, and log lines about
+// dropped messages are limited with a count of those left out.
+#include "common/front_door.h"
+
+#include <gtest/gtest.h>
+
+#include "common/messages.h"
+
+namespace tutorial {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+FairMailbox::Message From(uint8_t source) {
+  return FairMailbox::Message{{1, 2, 3}, Clock::now(), std::vector<uint8_t>(4, source)};
+}
+
+TEST(FairMailbox, AFloodingSourceCannotPushOutTheOthers) {
+  FairMailbox mailbox(/*capacity=*/8, /*per_source=*/3);
+  size_t refused = 0;
+  for (int i = 0; i < 100; ++i) refused += mailbox.Push(From(1)) != FairMailbox::Refused::kNo;
+  EXPECT_EQ(refused, 97u);
+  EXPECT_EQ(mailbox.Push(From(2)), FairMailbox::Refused::kNo) << "a good client found no room";
+  EXPECT_EQ(mailbox.size(), 4u);
+}
+
+TEST(FairMailbox, FullMeansFullAndTakingMakesRoom) {
+  FairMailbox mailbox(/*capacity=*/4, /*per_source=*/2);
+  for (uint8_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(mailbox.Push(From(s)), FairMailbox::Refused::kNo);
+    EXPECT_EQ(mailbox.Push(From(s)), FairMailbox::Refused::kNo);
+  }
+  EXPECT_EQ(mailbox.Push(From(9)), FairMailbox::Refused::kFull);
+  std::optional<FairMailbox::Message> first = mailbox.Take();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->source, std::vector<uint8_t>(4, 0));  // in arrival order
+  EXPECT_EQ(mailbox.Push(From(0)), FairMailbox::Refused::kNo);
+  while (mailbox.Take()) {
+  }
+  EXPECT_TRUE(mailbox.empty());
+}
+
+TEST(FairMailbox, TheSourceIsTheSessionsAddress) {
+  Session session{42, {7, 7, 7}};
+  std::vector<uint8_t> bytes = EncodeEmpty(MessageType::kProbe, session);
+  EXPECT_EQ(FairMailbox::SourceOf(bytes.data(), bytes.size()), session.address);
+  std::vector<uint8_t> garbage(40, 0xAB);
+  EXPECT_TRUE(FairMailbox::SourceOf(garbage.data(), garbage.size()).empty());
+}
+
+TEST(ReplyLimiter, OneReplyPerAddressAndInterval) {
+  ReplyLimiter limiter(std::chrono::milliseconds(100), /*remembered=*/2);
+  auto t0 = Clock::now();
+  EXPECT_TRUE(limiter.Allow({1}, t0));
+  EXPECT_FALSE(limiter.Allow({1}, t0 + std::chrono::milliseconds(50)));
+  EXPECT_TRUE(limiter.Allow({2}, t0 + std::chrono::milliseconds(50)));
+  EXPECT_TRUE(limiter.Allow({1}, t0 + std::chrono::milliseconds(150)));
+  // A flood of new addresses: memory stays bounded (everyone is forgotten).
+  for (uint8_t a = 10; a < 200; ++a) EXPECT_TRUE(limiter.Allow({a}, t0));
+}
+
+TEST(RateLimitedLog, AFewLinesThenACount) {
+  std::vector<std::string> lines;
+  RateLimitedLog log(3, std::chrono::seconds(10), "server: also dropped");
+  log.sink = &lines;
+  auto t0 = Clock::now();
+  for (int i = 0; i < 1000; ++i) log.Line("server: dropped a message: " + std::to_string(i), t0);
+  EXPECT_EQ(lines.size(), 3u);
+  log.Flush(t0 + std::chrono::seconds(5));
+  EXPECT_EQ(lines.size(), 3u) << "summary before the interval ended";
+  log.Flush(t0 + std::chrono::seconds(11));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3].rfind("server: also dropped 997 more in the last 11 s", 0), 0u) << lines[3];
+  EXPECT_NE(lines[3].find("dropped a message: 999"), std::string::npos);
+  log.Line("next", t0 + std::chrono::seconds(12));
+  EXPECT_EQ(lines.size(), 5u) << "a new interval writes in full again";
+}
+
+}  // namespace
+}  // namespace tutorial
