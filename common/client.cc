@@ -162,7 +162,7 @@ class RandomFillClient {
     ThrowIfRejected();
   }
 
-  // The NICs' event queues, read every 100 ms (issue 23): an error there
+  // The NICs' event queues, read every 100 ms: an error there
   // (EFA: one of the provider's own operations failed) ends the client in
   // one line instead of its --timeout.
   static bool EventCheckDue(Clock::time_point* next) {

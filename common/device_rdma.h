@@ -1,4 +1,4 @@
-// GPUDirect over efa, or a loud refusal (issue 23): what an efa endpoint is
+// GPUDirect over efa, or a loud refusal: what an efa endpoint is
 // asked before fi_enable, and what it says about its WRITEs. Apart from
 // Network so that a test can play the provider: no machine here has EFA.
 #pragma once

@@ -648,7 +648,7 @@ class RandomFillServer {
   }
 
   // Reads the event queues of the front door and of every data NIC between
-  // transfers (issue 23). An error left queued there would abandon the next,
+  // transfers. An error left queued there would abandon the next,
   // healthy transfer at the watch's first look; and a front door whose
   // provider failed could stop hearing clients. Each error is one line; the
   // endpoint that reported it starts afresh (Recover), before a client uses

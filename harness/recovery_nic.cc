@@ -69,7 +69,7 @@ void NicHarness::CheckPeerAddress(const Network& net, const std::vector<uint8_t>
 // freed (up to 32 MiB), so the first rebuild moved the new endpoints' pools
 // into the heap, where freed blocks stay resident and fragment: the
 // server's RSS rose by 7-17% after its first rebuilds, and malloc_trim did
-// not give it back (issue 24; measured with malloc_info). A threshold set
+// not give it back (measured with malloc_info). A threshold set
 // once, at glibc's default, stays put: every large block stays a mapping
 // of its own and goes back to the system when freed. Set before the first
 // close; harmless for providers whose pools are small (shm) or pinned (efa).

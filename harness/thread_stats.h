@@ -69,7 +69,7 @@ ThreadSample SampleThread(int tid);
 // have waited for a core for the rest of it (still inside the same call),
 // which its CPU time does not tell. Seen under ThreadSanitizer on a loaded
 // 2-core machine: one tick of over 10 s, counted whole, ended a client
-// whose poller was merely preempted (issue 26).
+// whose poller was merely preempted.
 class ProgressClock {
  public:
   static constexpr double kLongestTickSeconds = 1.0;

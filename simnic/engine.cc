@@ -878,7 +878,7 @@ void Engine::Run(Worker* worker) {
     // on Linux 6.x (EEVDF with autogroups) a process whose threads sleep
     // and wake that often beside pinned busy threads was measured starving
     // whole other processes for tens of seconds: CI's chapter 12 stalls
-    // (issue 26; docs/simnic.md, "Why CI's chapter 12 still stalled").
+    // (docs/simnic.md, "Why CI's chapter 12 still stalled").
     if (now - last_work_ns < kSpinAfterWorkNs) {
       if (++idle % 64 == 0) {
         sched_yield();

@@ -1,4 +1,4 @@
-"""Every chapter's idea, seen in its counters (issue 15).
+"""Every chapter's idea, seen in its counters.
 
 Runs each chapter once over shm (host memory, one GPU group of two NICs, a
 short request), checks that the client verified every byte, and reads the

@@ -1,4 +1,4 @@
-"""Peers that die at any moment never break the other side (issue 16).
+"""Peers that die at any moment never break the other side.
 
 Against ONE server of a chapter (the newest by default), over shm and tcp:
 clients stopped with SIGINT and SIGKILL at a random moment of a random phase
@@ -7,7 +7,7 @@ good client that must be served and verified; a server stopped mid-transfer
 (its client: a one-line error, a non-zero exit); two and eight clients
 started at once, none turned away (each verified; over tcp, one whose
 transfer the server started may instead end by its own --timeout); and
-(issue 24) clients with the default page size and count stopped at a
+clients with the default page size and count stopped at a
 plain random delay after their start, whatever they are doing then, each
 followed by a good client, and at the end two good clients back to back.
 After every round: the server still runs, nobody died of a signal of its
@@ -220,7 +220,7 @@ class DyingPeersTest(unittest.TestCase):
             self.check_clean(provider)
 
     def test_clients_stopped_at_random_delays(self):
-        """Issue 24: no phase is chosen; the client is stopped wherever it is."""
+        """No phase is chosen; the client is stopped wherever it is."""
         for provider in PROVIDERS:
             server = Server(self.workdir, provider, f"{provider}-random", repeat=RANDOM_REPEAT,
                             layout=RANDOM_LAYOUT)
@@ -324,7 +324,7 @@ class DyingPeersTest(unittest.TestCase):
                     print(f"  {provider}: {count} clients at once, {verified} verified",
                           flush=True)
                     # A live server turns nobody away: the others hear BUSY
-                    # and ask again (issue 24).
+                    # and ask again.
                     for line in failures:
                         print(f"  {provider}: a client at once ended with: {line}", flush=True)
                     for line in crawled:

@@ -45,7 +45,7 @@ TEST(EfaRulesTest, HintsNameTheEfaFabric) {
   EXPECT_EQ(shm->fabric_attr->name, nullptr);
 }
 
-// No shm inside efa (issue 23): hints with FI_REMOTE_COMM but without
+// No shm inside efa: hints with FI_REMOTE_COMM but without
 // FI_LOCAL_COMM make efa_user_info.c clear FI_LOCAL_COMM, and then the efa
 // domain opens no shm provider (efa_domain.c in 2.1, efa_shm.c in 2.6):
 // no shm endpoint per NIC, no shm copy of every registration. shm's own
@@ -134,7 +134,7 @@ TEST(EfaRulesTest, TheEventQueueIsBoundAndItsErrorsReported) {
   EXPECT_EQ(Recovery::TakeEventError(net), "");
 }
 
-// GPUDirect or a loud refusal (issue 23). No machine here has an EFA device
+// GPUDirect or a loud refusal. No machine here has an EFA device
 // or GPUDirect, and simnic moves host memory only, so this fake plays efa's
 // fi_setopt/fi_getopt: it answers as prov/efa/src/rdm/efa_rdm_ep_fiops.c
 // (efa_rdm_ep_setopt, efa_rdm_ep_getopt; v2.1.0 and v2.6.0) does on a host

@@ -1,4 +1,4 @@
-"""Event-queue errors end to end over simnic (issue 23, item 4).
+"""Event-queue errors end to end over simnic.
 
 EFA reports errors of its own internal operations on the endpoint's event
 queue. simnic raises one on demand (SIMNIC_EQ_ERROR=<file>: when the file

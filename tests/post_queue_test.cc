@@ -114,7 +114,7 @@ TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbell) {
 }
 
 // A post that fails for good rings no doorbell: the WRITEs accepted before
-// it with FI_MORE still wait, so the batch stays open (issue 23).
+// it with FI_MORE still wait, so the batch stays open.
 TEST(PostQueueTest, AFailedCloserLeavesTheBatchOpen) {
   std::vector<FakeOp> ops = {{0}, {1}, {2}, {3}};
   auto queue = MakeQueue(ops);
@@ -165,7 +165,7 @@ TEST(PostQueueTest, EveryAcceptedSequenceEndsWithADoorbellDespiteFailures) {
 }
 
 // Recovery gives queued transmits up, but never the post that must ring the
-// doorbell of an open batch (DetachTransmits freed it, issue 23).
+// doorbell of an open batch (DetachTransmits freed it).
 TEST(PostQueueTest, GivingUpQueuedTransmitsKeepsTheCloserOfAnOpenBatch) {
   std::vector<FakeOp> ops = {{0, false}, {1}, {2}, {3, false}};  // 0 and 3 receives
   auto is_transmit = [](const FakeOp* op) { return op->write; };

@@ -1,5 +1,5 @@
 """Two hosts over tcp, on one machine: a chapter's server and client in two
-network namespaces joined by a veth pair (issue 14, "Also").
+network namespaces joined by a veth pair.
 
 Each namespace is a host of its own as far as the network goes: its own
 interfaces, addresses and routes. The server runs in one (10.99.0.1/24 on

@@ -1,5 +1,5 @@
-"""tools/compare.py leaves the checkout clean unless asked to record (issue 18),
-keeps the counters' medians per chapter (issue 15), and labels a simulated
+"""tools/compare.py leaves the checkout clean unless asked to record,
+keeps the counters' medians per chapter, and labels a simulated
 NIC's numbers "simulated" (simnic).
 
 Runs compare.py's main() in a temporary git copy of the checkout (chapters,

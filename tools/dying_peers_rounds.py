@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Records rounds of clients stopped at plain random moments (issue 24).
+"""Records rounds of clients stopped at plain random moments.
 
 One server of a chapter (the last one by default) with --repeat 10 and
 otherwise default flags, per provider. Each round: a client with default
