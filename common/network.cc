@@ -415,9 +415,11 @@ ssize_t Network::Post(RdmaOp* op, uint64_t flags) {
 
 size_t Network::PollCompletion() {
   size_t handled = failed_ops.size();  // posts that failed for good
-  std::deque<RdmaOp*> failed;
-  failed.swap(failed_ops);  // a callback that fails again waits for the next poll
-  for (RdmaOp* op : failed) Finish(op);
+  if (handled > 0) {                   // an empty deque still allocates: not on every poll
+    std::deque<RdmaOp*> failed;
+    failed.swap(failed_ops);  // a callback that fails again waits for the next poll
+    for (RdmaOp* op : failed) Finish(op);
+  }
 
   fi_cq_data_entry entries[kCqReadCount];
   for (;;) {
