@@ -415,7 +415,8 @@ ssize_t Network::Post(RdmaOp* op, uint64_t flags) {
 
 size_t Network::PollCompletion() {
   size_t handled = failed_ops.size();  // posts that failed for good
-  if (handled > 0) {                   // an empty deque still allocates: not on every poll
+  // An empty deque still allocates: swapped out only when a post failed.
+  if (handled > 0) {
     std::deque<RdmaOp*> failed;
     failed.swap(failed_ops);  // a callback that fails again waits for the next poll
     for (RdmaOp* op : failed) Finish(op);
