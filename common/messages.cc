@@ -161,6 +161,10 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
 }
 
 void CheckClientSession(const MessageHeader& header) {
+  if (header.type == MessageType::kReject || header.type == MessageType::kBusy ||
+      header.type == MessageType::kAlive) {
+    throw ProtocolError("unexpected REJECT, BUSY or ALIVE (only the server sends those)");
+  }
   if (header.session.nonce == 0 || header.session.address.empty()) {
     throw ProtocolError("message names no session (a nonce and the sender's address)");
   }

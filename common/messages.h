@@ -138,8 +138,9 @@ std::vector<uint8_t> EncodeEmpty(MessageType type, const Session& session);
 // the message's own consistency. They throw ProtocolError in one line.
 MessageHeader DecodeHeader(const uint8_t* data, size_t length);
 MessageType PeekMessageType(const uint8_t* data, size_t length);
-// A client's message (CONNECT, RANDOM_FILL, CANCEL, PROBE) must name a
-// session: a nonce other than 0 and an address. Throws ProtocolError.
+// A client's message must be one a client sends (CONNECT, RANDOM_FILL,
+// CANCEL, PROBE) and name a session: a nonce other than 0 and an address.
+// Throws ProtocolError.
 void CheckClientSession(const MessageHeader& header);
 ConnectMessage DecodeConnect(const uint8_t* data, size_t length);
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);

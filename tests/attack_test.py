@@ -31,7 +31,7 @@ import unittest
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "tools"))
-from peer_processes import chapter_binary, read, wait_for  # noqa: E402
+from peer_processes import stop as stop_process, chapter_binary, read, wait_for  # noqa: E402
 
 CHAPTER = "10_warmup"
 SECONDS = float(os.environ.get("ATTACK_SECONDS", "6"))
@@ -97,14 +97,7 @@ class Server:
         return read(self.address_file).strip()
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
 
 def good_client(workdir, provider, server, tag, extra=("--page-size", "4096", "--pages", "64")):

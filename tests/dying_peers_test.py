@@ -36,7 +36,7 @@ import unittest
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "tools"))
-from peer_processes import chapter_binary, read, wait_for, work_folder  # noqa: E402
+from peer_processes import stop as stop_process, chapter_binary, read, wait_for, work_folder  # noqa: E402
 CHAPTER = os.environ.get("DYING_PEERS_CHAPTER", "18_more")
 # Under AddressSanitizer: libfabric's own leaks when a process is stopped
 # halfway through a connection are not ours (the file says which).
@@ -106,14 +106,7 @@ class Server:
         return read(self.address_file).strip()
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
 
 class DyingPeersTest(unittest.TestCase):

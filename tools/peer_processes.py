@@ -5,6 +5,8 @@ that goes away with the test."""
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 
@@ -46,3 +48,15 @@ def work_folder(test, prefix):
     path = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TEST_TMPDIR"))
     test.addCleanup(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+def stop(process, seconds=30):
+    """SIGINT, then SIGKILL if it has not ended after `seconds`; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
