@@ -92,6 +92,11 @@ class EqErrorsTest(unittest.TestCase):
 
     def test_an_error_between_transfers_does_not_abandon_the_next(self):
         self.good_client("first")
+        # Between transfers: once the server waits again. Until then its
+        # transfer watch still reads the data NICs' event queues (the client
+        # may finish verifying before the server ends the transfer).
+        self.assertTrue(wait_for(lambda: read(self.log).count("Waiting for a client") >= 2, 20),
+                        read(self.log)[-2500:])
         # Every domain: the front door (on NIC 0's) and both data NICs.
         pathlib.Path(self.trigger).write_text("")
         self.assertTrue(
