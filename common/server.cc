@@ -244,7 +244,9 @@ class RandomFillServer {
             Untouched(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize))),
         receive_region_(front_door_.Register(receive_buffer_)),
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReplySlots * kReplySlotSize)),
-        reply_region_(front_door_.Register(reply_buffer_)) {}
+        reply_region_(front_door_.Register(reply_buffer_)) {
+    NoteDataAddresses();
+  }
 
   // The server is the node's last user: its endpoints close before any
   // registration or buffer (ours here, the node's after us) goes away, so
@@ -540,12 +542,24 @@ class RandomFillServer {
 
   bool IsOwnAddress(const std::vector<uint8_t>& address) {
     if (front_door_.address() == address) return true;
-    for (size_t g = 0; g < node_.num_gpus(); ++g) {
-      for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
-        if (node_.net(g, n).address() == address) return true;
-      }
+    // The data NICs' addresses as last noted: the front door's thread asks
+    // while the main thread rebuilds those endpoints.
+    std::lock_guard<std::mutex> lock(data_addresses_mutex_);
+    for (const auto& own : data_addresses_) {
+      if (own == address) return true;
     }
     return false;
+  }
+
+  // Called once the data endpoints are (re)built.
+  void NoteDataAddresses() {
+    std::vector<std::vector<uint8_t>> addresses;
+    for (size_t g = 0; g < node_.num_gpus(); ++g) {
+      for (size_t n = 0; n < node_.nics_per_gpu(); ++n)
+        addresses.push_back(node_.net(g, n).address());
+    }
+    std::lock_guard<std::mutex> lock(data_addresses_mutex_);
+    data_addresses_.swap(addresses);
   }
 
   // Every client address must be one the provider can insert, and none may
@@ -635,7 +649,10 @@ class RandomFillServer {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n)
         needed |= Recovery::NeedsReset(node_.net(g, n));
     }
-    if (needed) note += RebuildNetworks(node_);
+    if (needed) {
+      note += RebuildNetworks(node_);
+      NoteDataAddresses();
+    }
     return note;
   }
 
@@ -954,6 +971,7 @@ class RandomFillServer {
     // Every transfer ends with fresh data endpoints, not only a failed one
     // (harness/recovery.h, bug A): no removed peer's slot is ever reused.
     std::string repaired = RebuildNetworks(node_);
+    NoteDataAddresses();
     if (outcome.ok) repaired.clear();
     busy_ = false;
     busy.reset();  // the front door is ours again
@@ -1063,7 +1081,9 @@ class RandomFillServer {
   std::atomic<bool> busy_{false};           // CONNECTs hear BUSY...
   std::atomic<const char*> busy_what_{""};  // ...and why
   OwedFills owed_fills_;                    // RANDOM_FILLs of clients told BUSY, still to come
-  std::mutex watch_mutex_;                  // the front door's thread ends a transfer a client left
+  std::mutex data_addresses_mutex_;
+  std::vector<std::vector<uint8_t>> data_addresses_;  // NoteDataAddresses
+  std::mutex watch_mutex_;  // the front door's thread ends a transfer a client left
   TransferWatch* watch_ = nullptr;
   Session serving_session_;
   bool client_left_ = false;
