@@ -38,10 +38,14 @@ SECONDS = float(os.environ.get("ATTACK_SECONDS", "6"))
 PROVIDERS = os.environ.get("ATTACK_PROVIDERS", "shm,tcp").split(",")
 MODES = os.environ.get("ATTACK_MODES", "fills,connects,owed,malformed,stop").split(",")
 # Cases known to fail now and then, left out by default
-# (ATTACK_KNOWN_FAILING= runs them all): over tcp on 1.17 a flood of CONNECTs has
-# kept a good client's messages waiting for over 10 s in 2 runs of 5 on a
-# loaded 2-core machine (docs/protocol.md, "What holds on which provider").
-KNOWN_FAILING = [c for c in os.environ.get("ATTACK_KNOWN_FAILING", "tcp:connects").split(",") if c]
+# (ATTACK_KNOWN_FAILING= runs them all; docs/protocol.md, "What holds on
+# which provider"), both over tcp on 1.17 on a loaded 2-core machine: a
+# flood of CONNECTs kept a good client's messages waiting for over 10 s in
+# 2 runs of 5; during a flood of malformed addresses a good client whose
+# first CONNECT was turned away heard REJECT "RANDOM_FILL before CONNECT"
+# in 1 run of 3.
+KNOWN_FAILING = [c for c in os.environ.get("ATTACK_KNOWN_FAILING",
+                                           "tcp:connects,tcp:malformed").split(",") if c]
 # Cases whose server memory is reported, not asserted, by default: over tcp
 # on 1.17 a 6 s flood of RANDOM_FILLs left the server at +475% in one full
 # run of two on a loaded 2-core machine (and within 20% in the other);
