@@ -11,15 +11,15 @@
 #include <thread>
 
 #include "common/errors.h"
-#include "common/main_guard.h"
 #include "common/messages.h"
 #include "common/node.h"
 #include "common/options.h"
 #include "common/progress.h"
 #include "common/random_fill.h"
 #include "common/result_json.h"
-#include "common/shutdown.h"
+#include "harness/main_guard.h"
 #include "harness/recovery.h"
+#include "harness/shutdown.h"
 #include "harness/thread_stats.h"
 
 namespace tutorial {

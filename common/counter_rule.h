@@ -5,13 +5,14 @@
 // under an older rule and fails a page that quotes one: a learner's run
 // prints today's counts, which an older recording may not match.
 //
-// Raise it whenever what a counter counts changes, and add a line here.
-//   1  2026-11-23 (acb6378)  the first counters: a doorbell for every post
-//                            without FI_MORE, refused ones included
-//   2  2026-11-25 (19f82de)  doorbells only for posts the provider took
-//                            (doorbells == post_calls - eagain until 18)
-//   3  2026-11-25 (b610995)  longest_write_run: the most WRITEs handed one
-//                            NIC between two reads of its CQ
+// Raise it whenever what a counter counts changes, and add a line here
+// saying what the new number means.
+//   1  the first counters: a doorbell for every post without FI_MORE,
+//      refused ones included
+//   2  doorbells only for posts the provider took (doorbells == post_calls
+//      - eagain until 18)
+//   3  longest_write_run: the most WRITEs handed one NIC between two reads
+//      of its CQ
 #pragma once
 
 namespace tutorial {

@@ -21,7 +21,7 @@ class RuntimeError : public std::runtime_error {
 
 // The provider is left in a state the process cannot repair (an endpoint
 // that cannot be rebuilt): exit code 3, as for a stuck or faulting
-// provider call (common/main_guard.h), so a supervisor starts a new process.
+// provider call (harness/main_guard.h), so a supervisor starts a new process.
 class ProviderError : public RuntimeError {
  public:
   using RuntimeError::RuntimeError;

@@ -19,17 +19,17 @@
 #include "common/counter_rule.h"
 #include "common/errors.h"
 #include "common/front_door.h"
-#include "common/main_guard.h"
 #include "common/more.h"
 #include "common/op_pool.h"
 #include "common/options.h"
 #include "common/random_fill.h"
 #include "common/result_json.h"
-#include "common/shutdown.h"
 #include "harness/cpu_ticks.h"
 #include "harness/exercise_hooks.h"
+#include "harness/main_guard.h"
 #include "harness/recovery.h"
 #include "harness/recovery_nic.h"
+#include "harness/shutdown.h"
 #include "harness/thread_stats.h"
 
 namespace tutorial {
@@ -1159,7 +1159,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     NicHarness front_door_harness(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
     // The server then ends with exit code 3, and a supervisor starts a new
-    // one (common/shutdown.h says why it does not restart itself).
+    // one (harness/shutdown.h says why it does not restart itself).
     std::vector<Network*> nets = {&front_door};
     for (size_t g = 0; g < node.num_gpus(); ++g) {
       for (size_t n = 0; n < node.nics_per_gpu(); ++n) nets.push_back(&node.net(g, n));

@@ -41,7 +41,7 @@ struct NetworkCounters {
 };
 
 // Set by a watchdog that is about to end or restart the process
-// (common/shutdown.cc): from then on a thread that would enter the provider
+// (harness/shutdown.cc): from then on a thread that would enter the provider
 // waits for the end instead, so that no thread of ours is inside a provider
 // call, holding a lock in a peer's shared memory (shm), when the process
 // goes.

@@ -18,7 +18,7 @@
 #include "common/messages.h"
 #include "common/progress.h"
 #include "common/shm_names.h"
-#include "common/shutdown.h"
+#include "harness/shutdown.h"
 #include "harness/thread_stats.h"
 
 namespace tutorial {

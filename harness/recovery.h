@@ -28,7 +28,7 @@
 //     client stopped before CONNECT sends nothing, the front door answered
 //     all the time (BusyAnswerer), and a dead process's files removed only
 //     once every name it sent was taken (StaleFileSweeper).
-// Should either still fire, InstallCrashGuard's handler (common/main_guard.h)
+// Should either still fire, InstallCrashGuard's handler (harness/main_guard.h)
 // names both in one line and the process ends with exit code 3, for a
 // supervisor to start it again.
 //

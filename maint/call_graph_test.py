@@ -60,6 +60,30 @@ class CallGraphTest(unittest.TestCase):
             self.assertNotIn('#include "harness/', path.read_text(), path)
         self.assertNotIn("friend", (root / "common" / "network.h").read_text())
 
+    def test_what_a_chapter_includes_reaches_no_harness_header(self):
+        # Every header a chapter's code reads, followed through the quoted
+        # includes; the watchdogs and the crash guard are among what it must
+        # not reach.
+        root = source_root()
+        for name in ["shutdown.h", "main_guard.h", "recovery.h", "call_meter.h"]:
+            self.assertTrue((root / "harness" / name).exists(), name)
+            self.assertFalse((root / "common" / name).exists(), name)
+        for chapter in sorted((root / "chapters").glob("*/*.cc")):
+            seen, todo = set(), [chapter]
+            while todo:
+                path = todo.pop()
+                for line in path.read_text().splitlines():
+                    if not line.startswith('#include "'):
+                        continue
+                    included = line.split('"')[1]
+                    self.assertFalse(included.startswith("harness/"),
+                                     "%s includes %s" % (path.relative_to(root), included))
+                    if included not in seen and (root / included).exists():
+                        seen.add(included)
+                        todo.append(root / included)
+            if chapter.name == "server.cc":  # the walk does reach the core
+                self.assertIn("common/network.h", seen, chapter)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -37,7 +37,7 @@ using SteadyClock = std::chrono::steady_clock;
 const std::string kServer = BinaryPath("chapters/10_warmup/server");
 const std::string kClient = BinaryPath("chapters/10_warmup/client");
 // The learners' supervisor: starts the server again when it ends with
-// exit code 3 (libfabric failed; common/main_guard.h).
+// exit code 3 (libfabric failed; harness/main_guard.h).
 const std::string kSupervisor = BinaryPath("tools/serve_forever.sh");
 
 constexpr uint64_t kBufferSize = 1 << 20;  // both sides
@@ -882,7 +882,7 @@ TEST_P(ReliabilityTest, ServerKilledClientGivesUpWithinItsTimeout) {
               err.find("is gone") != std::string::npos;
   bool stuck = err.find("stuck inside one libfabric call") != std::string::npos;
   EXPECT_TRUE(timed_out || gone || stuck) << err;
-  // Exit code 3: libfabric failed (common/main_guard.h).
+  // Exit code 3: libfabric failed (harness/main_guard.h).
   EXPECT_EQ(code, stuck ? 3 : 1) << err;
   EXPECT_LT(seconds, (stuck ? 10 : kTimeout) + 10) << err;
   EXPECT_EQ(CountLines(err, "\n"), 1u) << err;

@@ -1,7 +1,7 @@
 // What the provider watchdog says of a stuck thread before the process ends
-// (common/shutdown.h, DescribeStuckThread): its name, its state and its
+// (harness/shutdown.h, DescribeStuckThread): its name, its state and its
 // stack, on one line, for a thread that spins and for one that sleeps. And
-// how the crash guard (common/main_guard.h) ends a process that faults
+// how the crash guard (harness/main_guard.h) ends a process that faults
 // inside libfabric: one line, exit code 3; a fault of ours stays a fault.
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "common/errors.h"
-#include "common/main_guard.h"
-#include "common/shutdown.h"
+#include "harness/main_guard.h"
+#include "harness/shutdown.h"
 #include "harness/thread_stats.h"
 
 namespace tutorial {
@@ -82,7 +82,7 @@ TEST(StuckThreadTest, GoneThreadSaysSo) {
   EXPECT_EQ(DescribeStuckThread(0), "no thread known");
 }
 
-// The exit codes GuardedMain promises (common/main_guard.h).
+// The exit codes GuardedMain promises (harness/main_guard.h).
 TEST(GuardedMainTest, ExitCodesSayWhatFailed) {
   EXPECT_EQ(GuardedMain("guard_test", [] { return 0; }), 0);
   EXPECT_EQ(GuardedMain("guard_test", []() -> int { throw UsageError("bad flag"); }), 2);

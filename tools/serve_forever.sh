@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a server and starts it again each time it ends because libfabric
 # failed: exit code 3, after a provider call stuck for 10 s or a fault
-# inside libfabric (common/main_guard.h). The server does not restart
+# inside libfabric (harness/main_guard.h). The server does not restart
 # itself: a new process is the only sure way out of a provider's broken
 # state. Any other end (Ctrl-C, a usage error, --once) ends the loop with
 # the server's exit code. A new server has a new address: give it

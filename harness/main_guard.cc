@@ -1,4 +1,4 @@
-#include "common/main_guard.h"
+#include "harness/main_guard.h"
 
 #include <fcntl.h>
 #include <rdma/fabric.h>

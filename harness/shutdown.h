@@ -13,7 +13,7 @@
 // while (time in which the calling thread got no core does not count:
 // harness/thread_stats.h) and ends the process with one line on stderr,
 // shm's files removed, and exit code kExitProviderFailed
-// (common/main_guard.h).
+// (harness/main_guard.h).
 //
 // Why it ends rather than restarts in place: a process that re-executes
 // itself keeps its pid, signal mask, CPU affinity and open descriptors

@@ -1,4 +1,4 @@
-#include "common/shutdown.h"
+#include "harness/shutdown.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -17,9 +17,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/main_guard.h"
 #include "common/network.h"
 #include "common/shm_names.h"
+#include "harness/main_guard.h"
 #include "harness/recovery_nic.h"
 #include "harness/thread_stats.h"
 
