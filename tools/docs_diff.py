@@ -50,6 +50,8 @@ hand:
                                      (a tool's constant), `code("chapters/14_batch/
                                      server.cc", "kBatchSize")` (a C++ constant),
                                      `count(FILE, REGEX)` (matching lines),
+                                     `literal(FILE, REGEX)` (the number its
+                                     group finds: a literal without a name),
                                      `series.gbps("12_pin")`, the series' p5
                                      (`series.gpus`, `series.nics`,
                                      `series.nics_per_gpu`, `series.nic_gbps`,
@@ -634,6 +636,21 @@ def capture_flags(root):
     return flags
 
 
+def code_literal(root, rel, pattern):
+    """The number a regular expression's first group finds in a file (or
+    the files a glob names), comment lines left out: a literal the code
+    does not name (`% (\\d+) == 0`). Every match must give the same."""
+    paths = sorted(pathlib.Path(root).glob(rel))
+    if not paths:
+        raise BlockError(f"no file {rel}")
+    values = {_number(m.group(1)) for path in paths for line in path.read_text().splitlines()
+              if not re.match(r"\s*//", line) for m in re.finditer(pattern, line)}
+    if len(values) != 1:
+        raise BlockError(f"{rel} has " + ("no match" if not values else
+                                           f"the values {sorted(values)}") + f" for {pattern}")
+    return values.pop()
+
+
 def value_names(repo):
     """What a value marker may name (each read once per Repo)."""
     if not hasattr(repo, "_value_names"):
@@ -653,6 +670,7 @@ def value_names(repo):
             "compare": _Fields("tools/compare.py", tool_constants(repo.root, "compare")),
             "code": lambda rel, name: code_constant(repo.root, rel, name),
             "count": lambda rel, pattern: code_count(repo.root, rel, pattern),
+            "literal": lambda rel, pattern: code_literal(repo.root, rel, pattern),
             "series": _Fields("tools/series.py", {
                 "gbps": series.series_gbps, "mops": series.series_mops,
                 "share": lambda c: 100 * series.series_share(c),
@@ -660,7 +678,8 @@ def value_names(repo):
                 "gpus": series.P5_GPUS, "nics": series.P5_NICS,
                 "nics_per_gpu": series.P5_NICS_PER_GPU, "nic_gbps": series.P5_NIC_GBPS,
                 "cores_per_gpu": series.P5_CORES_PER_GPU,
-                "page_size": series.SERIES_PAGE_SIZE}),
+                "page_size": series.SERIES_PAGE_SIZE, "pages": series.SERIES_PAGES,
+                "repeat": series.SERIES_REPEAT}),
             "capture": _Fields("tools/capture_output.py", capture_flags(repo.root)),
             "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
             "str": str, "range": range,
@@ -762,9 +781,11 @@ def named_constants(repo, page, text):
                              + re.escape(value) + r"\s+(?:" + after + ")")
         known.append((expr, value, pattern))
     problems = []
-    for line in _prose(text).splitlines():
-        if line.startswith(("    ", "\t")):
-            continue  # an indented block: what a program prints
+    # Indented blocks (what a program prints) left out; a paragraph as one
+    # line, so that "16\nWRITEs" is found too.
+    kept = [ln for ln in _prose(text).splitlines() if not ln.startswith(("    ", "\t"))]
+    for line in re.split(r"\n\s*\n", "\n".join(kept)):
+        line = re.sub(r"\s*\n\s*", " ", line)
         for expr, value, pattern in known:
             for m in pattern.finditer(line):
                 problems.append(f"{page}: types '{m.group(0)}' (in '{line.strip()[:60]}'), "

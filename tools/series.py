@@ -20,6 +20,8 @@ P5_NIC_GBPS = 100
 P5_CORES_PER_GPU = 12  # 96 cores in 2 sockets, 4 GPUs per socket
 SERIES_LINK_GBPS = float(P5_NICS * P5_NIC_GBPS)
 SERIES_PAGE_SIZE = 65536
+SERIES_PAGES = 1000  # pages per client buffer in the series' default request
+SERIES_REPEAT = 2000  # times the series' server writes every page
 
 # chapter folder -> (idea in a few words, Gbps the series recorded, Mops/s it
 # recorded), both from the example run in the header of each of its files
