@@ -715,9 +715,10 @@ TYPED_ALSO = ("docs/00_concepts.md", "docs/README.md")
 
 
 def typed_numbers(repo, page, text):
-    """Numbers with a unit typed into a chapter page, outside the generated
-    blocks, value markers, code and the series' title: each goes stale when
-    the code, the model or a recording changes."""
+    """Numbers with a unit typed into a chapter page (or a page of
+    TYPED_ALSO), outside the generated blocks, value markers, code and the
+    series' title: each goes stale when the code, the model or a recording
+    changes."""
     chapter_page = re.match(r"\d\d_", page.name) and (repo.root / "chapters" / page.stem).is_dir()
     if not chapter_page and page.as_posix() not in TYPED_ALSO:
         return []  # a chapter's page, or one a learner reads before them

@@ -80,8 +80,9 @@ echo "two_clones: both ended after $(($(date +%s) - start)) s"
 failed=0
 for i in 0 1; do
   name=$([[ $i == 0 ]] && echo a || echo b)
-  summary=$(grep -E '^(Executed [0-9]+ out of|ERROR: Build did NOT|INFO: Build completed)' \
-    "$tmp/$name.log" | tail -n 1)
+  summary=$(grep -E '^Executed [0-9]+ out of' "$tmp/$name.log" | tail -n 1)
+  [[ -n $summary ]] ||
+    summary=$(grep -E '^(ERROR: Build did NOT|INFO: Build completed)' "$tmp/$name.log" | tail -n 1)
   echo "two_clones: clone $name: ${summary:-no summary line}; exit status ${status[$i]}"
   if [[ ${status[$i]} -ne 0 ]]; then
     failed=1
