@@ -17,8 +17,9 @@
 # failed), says what the runs left in /tmp and /dev/shm (tools/leftovers.py;
 # on a shared machine other users' and clones' files show too), and removes
 # the temp dir, its Bazel servers stopped, on any exit. Exit 0 when both
-# passed. The whole suite takes about 40 minutes of both cores of a 2-core
-# machine; nothing else should run beside it.
+# passed. The whole suite keeps both cores of a 2-core machine busy for
+# longer than CI's plain pass (.ci/run prints how long that took): run
+# nothing else beside it.
 set -uo pipefail
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
 targets=()
