@@ -1,7 +1,7 @@
 // The rule by which the counters (NetworkCounters, docs/counters.md)
 // are counted, as a number. Every result record carries it
 // ("counter_rule"), tools/compare.py writes it into each recording, and the
-// docs check (tools/docs_diff.py) shows no counters of a recording made
+// docs check (maint/docs_diff.py) shows no counters of a recording made
 // under an older rule and fails a page that quotes one: a learner's run
 // prints today's counts, which an older recording may not match.
 //

@@ -42,7 +42,7 @@ class Topology {
  public:
   // This machine, with its PCI devices. Throws RuntimeError if hwloc fails.
   static Topology Live();
-  // A topology saved by `lstopo foo.xml` (or tools/make_topology_fixture.py).
+  // A topology saved by `lstopo foo.xml` (or maint/make_topology_fixture.py).
   // Throws UsageError when the file cannot be loaded.
   static Topology FromXml(const std::string& path);
   // An hwloc synthetic description such as "pack:2 [numa] core:8 pu:2" (no

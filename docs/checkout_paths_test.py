@@ -18,9 +18,10 @@ import unittest
 # (mktemp) and a bare "/tmp" handed to mkdtemp are fine: the name is new.
 FIXED = re.compile(r"(?<![\w.-])(/tmp|/var/tmp)/(?![^\s\"']*X{6})[\w.{}$-]+")
 # What the tests run: the tests, CI, and the tools the tests call.
-TEST_FILES = ["tests/**/*", ".ci/**/*", "docs/*.py", "tools/*_test.py", "tools/run_chapter.py",
-              "tools/run_exercises.py", "tools/check_exercises.py", "tools/compare.py",
-              "tools/capture_output.py", "tools/peer_processes.py", "simnic/*_test.cc"]
+TEST_FILES = ["tests/**/*", ".ci/**/*", "docs/*.py", "tools/*_test.py", "maint/**/*_test.py",
+              "tools/run_chapter.py", "tools/compare.py", "maint/run_exercises.py",
+              "maint/check_exercises.py", "maint/capture_output.py", "maint/peer_processes.py",
+              "simnic/*_test.cc"]
 
 
 def source_root():

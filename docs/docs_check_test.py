@@ -1,6 +1,6 @@
 """Checks that the docs pages' generated blocks match the code and results.
 
-Runs tools/docs_diff.py --check on the source tree, and makes sure that the
+Runs maint/docs_diff.py --check on the source tree, and makes sure that the
 check does catch a page whose diff no longer matches a chapter's code, a page
 whose code block no longer matches the library function it shows, and a
 code block whose function is gone; and that no page under docs/ or results/,
@@ -24,7 +24,7 @@ def source_root():
 
 
 def check(root):
-    tool = source_root() / "tools" / "docs_diff.py"
+    tool = source_root() / "maint" / "docs_diff.py"
     return subprocess.run([sys.executable, str(tool), "--check", "--root", str(root)],
                           capture_output=True, text=True)
 
@@ -32,15 +32,15 @@ def check(root):
 def copy_tree(tmp):
     """The parts of the checkout the pages are made from, in tmp."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "results", "simnic", "tests", "tools"):
+    for part in ("chapters", "common", "docs", "maint", "results", "simnic", "tests", "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png"))
     return copy
 
 
 def docs_diff():
-    """tools/docs_diff.py as a module, for its function finder."""
-    sys.path.insert(0, str(source_root() / "tools"))
+    """maint/docs_diff.py as a module, for its function finder."""
+    sys.path.insert(0, str(source_root() / "maint"))
     import docs_diff as module  # noqa: E402
     return module
 
@@ -58,12 +58,14 @@ def outside_references(root):
     itself holds (a DESIGN.md or a reference/p5 of its own) is allowed."""
     root = pathlib.Path(root)
     files = sorted(p for top in ("docs", "results") for p in (root / top).rglob("*.md"))
-    files += sorted(p for top in ("tools", "tests", "common", "chapters", "simnic", ".ci")
+    files += sorted(p for top in ("tools", "maint", "tests", "common", "harness", "chapters",
+                                  "simnic", ".ci")
                     for p in (root / top).rglob("*") if p.is_file())
     files += [p for p in (root / "README.md", root / "docs" / "BUILD.bazel") if p.is_file()]
     # This test names the patterns it looks for.
     files = [p for p in files if p.name != "docs_check_test.py"]
-    held = {"DESIGN.md": any(p.name == "DESIGN.md" for top in ("docs", "results", "tools", ".")
+    held = {"DESIGN.md": any(p.name == "DESIGN.md"
+                             for top in ("docs", "results", "tools", "maint", ".")
                              for p in (root / top).glob("DESIGN.md")),
             "reference/p5": (root / "reference" / "p5").exists(),
             "../shared": False}
@@ -185,7 +187,7 @@ class DocsCheckTest(unittest.TestCase):
         return copy_tree(tmp)
 
     def write(self, root):
-        tool = source_root() / "tools" / "docs_diff.py"
+        tool = source_root() / "maint" / "docs_diff.py"
         return subprocess.run([sys.executable, str(tool), "--write", "--root", str(root)],
                               capture_output=True, text=True)
 
@@ -203,7 +205,7 @@ class DocsCheckTest(unittest.TestCase):
         self.assertIn("(../results/counters.md#12_pin)", block)
 
     def test_chapter_pages_keep_history_and_extra_tables_out(self):
-        sys.path.insert(0, str(source_root() / "tools"))
+        sys.path.insert(0, str(source_root() / "maint"))
         import check_exercises  # noqa: E402
         for page in check_exercises.chapter_pages(source_root()):
             text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)

@@ -1,6 +1,6 @@
 """Checks the chapter pages' exercises and design notes.
 
-Runs tools/check_exercises.py on the source tree with the chapters' binaries
+Runs maint/check_exercises.py on the source tree with the chapters' binaries
 that Bazel built (their --help lists the flags a check may give), and makes
 sure that the check catches an exercise whose edit no longer finds its text,
 a flag the binary lacks, a missing target, an exercise without a check and
@@ -24,7 +24,7 @@ def source_root():
 
 
 def check(root):
-    tool = source_root() / "tools" / "check_exercises.py"
+    tool = source_root() / "maint" / "check_exercises.py"
     return subprocess.run([sys.executable, str(tool), "--root", str(root), "--bin-dir",
                            str(RUNFILES / "chapters")],
                           capture_output=True, text=True, timeout=600)
@@ -33,7 +33,7 @@ def check(root):
 def broken_copy(tmp, old, new):
     """The parts of the checkout the checks read, with PAGE's old text made new."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "simnic", "tools"):
+    for part in ("chapters", "common", "docs", "maint", "simnic", "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png", "*.svg", "output"))
     page = copy / "docs" / PAGE

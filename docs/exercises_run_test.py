@@ -1,11 +1,11 @@
 """Runs the exercises' checks that need no build (CI runs each once).
 
-tools/run_exercises.py --bin-dir runs every exercise whose check needs no
+maint/run_exercises.py --bin-dir runs every exercise whose check needs no
 rebuild and no Bazel inside: with Bazel's binaries it runs the check and
 compares its verdict (the page's <!-- verdict: ... --> patterns) with
 nothing but itself; a check that prints no verdict fails. The checks that
 edit the code (sed -i, then a rebuild) or run `bazel run`/`bazel test`
-cannot run inside a Bazel test; `python3 tools/run_exercises.py` runs them
+cannot run inside a Bazel test; `python3 maint/run_exercises.py` runs them
 from a checkout, and results/exercises-2core/ holds their 5-times run.
 Unit tests of how a verdict is read and how a check loses its build come
 first.
@@ -24,7 +24,7 @@ def source_root():
     return (RUNFILES / "docs" / "README.md").resolve().parent.parent
 
 
-sys.path.insert(0, str(source_root() / "tools"))
+sys.path.insert(0, str(source_root() / "maint"))
 import run_exercises  # noqa: E402
 
 
@@ -70,7 +70,7 @@ class FlaggedTest(unittest.TestCase):
 class RunTheChecksTest(unittest.TestCase):
     def test_every_check_without_a_build_gives_a_verdict(self):
         env = dict(os.environ, FI_PROVIDER_PATH=str(RUNFILES / "simnic"))
-        run = subprocess.run([sys.executable, str(source_root() / "tools" / "run_exercises.py"),
+        run = subprocess.run([sys.executable, str(source_root() / "maint" / "run_exercises.py"),
                               "--bin-dir", str(RUNFILES / "chapters"), "--timeout", "240"],
                              cwd=source_root(), capture_output=True, text=True, timeout=1500,
                              env=env)

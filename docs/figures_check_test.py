@@ -1,4 +1,4 @@
-"""Checks that docs/figures/*.svg are what tools/make_figures.py makes from the code.
+"""Checks that docs/figures/*.svg are what maint/make_figures.py makes from the code.
 
 Runs make_figures.py --check on the source tree (found through the runfiles
 link of docs/README.md, as //docs:docs_check_test does) with the
@@ -21,7 +21,7 @@ def source_root():
 
 
 def make_figures(*flags):
-    return subprocess.run([sys.executable, str(source_root() / "tools" / "make_figures.py"),
+    return subprocess.run([sys.executable, str(source_root() / "maint" / "make_figures.py"),
                            "--root", str(source_root()), "--topology-dump",
                            str(RUNFILES / "tools" / "topology_dump"), *flags],
                           capture_output=True, text=True, timeout=120)
@@ -81,7 +81,7 @@ class FiguresCheckTest(unittest.TestCase):
             csv = root / "results" / "h200x2-32core-simnic-host-8x4-page256" / "results.csv"
             csv.write_text(csv.read_text().replace(",0.2500,", ",0.5000,", 1))
             result = subprocess.run(
-                [sys.executable, str(source_root() / "tools" / "make_figures.py"), "--root",
+                [sys.executable, str(source_root() / "maint" / "make_figures.py"), "--root",
                  str(root), "--topology-dump", str(RUNFILES / "tools" / "topology_dump"),
                  "--check"], capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
@@ -89,7 +89,7 @@ class FiguresCheckTest(unittest.TestCase):
 
     def test_a_missing_topology_dump_is_one_line(self):
         result = subprocess.run([sys.executable,
-                                 str(source_root() / "tools" / "make_figures.py"),
+                                 str(source_root() / "maint" / "make_figures.py"),
                                  "--root", str(source_root()), "--check",
                                  "--topology-dump", "/nonexistent/topology_dump"],
                                 capture_output=True, text=True, timeout=60)

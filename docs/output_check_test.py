@@ -1,8 +1,8 @@
 """Checks that each chapter still prints what its page's "What you should see" shows.
 
-Runs tools/capture_output.py --check on the chapters' binaries that Bazel
+Runs maint/capture_output.py --check on the chapters' binaries that Bazel
 built (one short run of each over shm, host memory) against the checked-in
-transcripts in docs/output/ (tools/docs_diff.py copies them into the pages,
+transcripts in docs/output/ (maint/docs_diff.py copies them into the pages,
 and //docs:docs_check_test checks that copy). Also makes sure that the
 check catches a transcript that no longer matches, and that the
 placeholders cover what varies between runs.
@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"]
-TOOL = RUNFILES / "tools" / "capture_output.py"
+TOOL = RUNFILES / "maint" / "capture_output.py"
 
 
 def capture(*flags):

@@ -1,6 +1,6 @@
 """docs/troubleshooting.md names every error message the programs can print.
 
-tools/error_messages.py extracts the messages from the code (its docstring
+maint/error_messages.py extracts the messages from the code (its docstring
 says which calls count and how a message's stem is cut); this test fails
 when the page lacks one, and checks that the extraction sees a new message
 in each of the kinds of call it reads.
@@ -21,13 +21,13 @@ def source_root():
     return (RUNFILES / "docs" / "README.md").resolve().parent.parent
 
 
-sys.path.insert(0, str(source_root() / "tools"))
+sys.path.insert(0, str(source_root() / "maint"))
 import error_messages  # noqa: E402
 
 
 class TroubleshootingTest(unittest.TestCase):
     def test_the_page_has_every_message(self):
-        run = subprocess.run([sys.executable, str(source_root() / "tools" / "error_messages.py"),
+        run = subprocess.run([sys.executable, str(source_root() / "maint" / "error_messages.py"),
                               "--check", str(source_root() / "docs" / "troubleshooting.md")],
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
@@ -55,7 +55,7 @@ class TroubleshootingTest(unittest.TestCase):
             page = root / "page.md"
             page.write_text((source_root() / "docs" / "troubleshooting.md").read_text())
             run = subprocess.run([sys.executable,
-                                  str(source_root() / "tools" / "error_messages.py"),
+                                  str(source_root() / "maint" / "error_messages.py"),
                                   "--root", str(root), "--check", str(page)],
                                  capture_output=True, text=True, timeout=60)
             self.assertEqual(run.returncode, 1)

@@ -1,7 +1,7 @@
-"""Checks that every GPU results table is what tools/gpu_tables.py makes from
+"""Checks that every GPU results table is what maint/gpu_tables.py makes from
 the raw records beside it: the numbers are measured, never typed in.
 
-Runs tools/gpu_tables.py --check on each folder whose results.md names the
+Runs maint/gpu_tables.py --check on each folder whose results.md names the
 tool, and makes sure that the check does catch an edited number.
 """
 import os
@@ -13,12 +13,12 @@ import tempfile
 import unittest
 
 RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"]
-TOOL = RUNFILES / "tools" / "gpu_tables.py"
+TOOL = RUNFILES / "maint" / "gpu_tables.py"
 
 
 def table_folders():
     return sorted(md.parent for md in (RUNFILES / "results").rglob("results.md")
-                  if "tools/gpu_tables.py" in md.read_text())
+                  if "maint/gpu_tables.py" in md.read_text())
 
 
 def check(folders):

@@ -30,7 +30,7 @@ import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
-sys.path.insert(0, str(RUNFILES / "tools"))
+sys.path.insert(0, str(RUNFILES / "maint"))
 from peer_processes import stop as stop_process, chapter_binary, read, wait_for  # noqa: E402
 
 CHAPTER = "10_warmup"

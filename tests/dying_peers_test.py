@@ -20,7 +20,7 @@ issue's full run: 20, that is 80 rounds), DYING_PEERS_RANDOM_ROUNDS rounds
 of random delays (CI: 2), every wait has a deadline. Seeds and delays are
 printed; DYING_PEERS_SEED=<seed> replays a run. DYING_PEERS_CHAPTER picks
 the chapter (its binaries must be in the test's data). The recorded run of
-many rounds is tools/dying_peers_rounds.py.
+many rounds is maint/dying_peers_rounds.py.
 """
 import glob
 import os
@@ -35,7 +35,7 @@ import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
-sys.path.insert(0, str(RUNFILES / "tools"))
+sys.path.insert(0, str(RUNFILES / "maint"))
 from peer_processes import stop as stop_process, chapter_binary, read, wait_for, work_folder  # noqa: E402
 CHAPTER = os.environ.get("DYING_PEERS_CHAPTER", "18_more")
 # Under AddressSanitizer: libfabric's own leaks when a process is stopped

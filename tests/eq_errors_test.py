@@ -21,7 +21,7 @@ import unittest
 
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
-sys.path.insert(0, str(RUNFILES / "tools"))
+sys.path.insert(0, str(RUNFILES / "maint"))
 from peer_processes import chapter_binary, read, wait_for, work_folder  # noqa: E402
 CHAPTER = "18_more"
 LAYOUT = ["--provider", "simnic", "--memory", "host", "--gpus", "1", "--nics-per-gpu", "2",

@@ -1,4 +1,4 @@
-"""tools/gpu_bench.py and tools/gpu_tables.py end to end, on a machine without a GPU.
+"""maint/gpu_bench.py and maint/gpu_tables.py end to end, on a machine without a GPU.
 
 The GPU bench runs only on lent GPU machines, where a broken tool costs device
 time; this runs its host-memory phases here, so that a regression shows up in
@@ -63,7 +63,7 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
         cls.out = pathlib.Path(cls.tmp.name) / "bench"
-        cls.bench = run([RUNFILES / "tools" / "gpu_bench.py",
+        cls.bench = run([RUNFILES / "maint" / "gpu_bench.py",
                          "--bin-dir", RUNFILES / "chapters",
                          "--fabtests", RUNFILES / "tests" / "fake_fabtests",
                          "--out", cls.out, "--phases", "env,ceiling,mt-host,split,host",
@@ -145,7 +145,7 @@ class GpuBenchHostPhasesTest(unittest.TestCase):
 
     def test_tables_are_made_and_pass_their_check(self):
         folder = pathlib.Path(self.tmp.name) / "tables"
-        tool = RUNFILES / "tools" / "gpu_tables.py"
+        tool = RUNFILES / "maint" / "gpu_tables.py"
         made = run([tool, self.out / "records.jsonl", folder, "--title", "host phases",
                     "--command", "gpu_bench_test"], timeout=120)
         self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
@@ -183,7 +183,7 @@ class GpuTablesOneGpuTest(unittest.TestCase):
                    dict(run_record, phase="cuda", memory="cuda"),
                    dict(run_record, phase="host", memory="host")]
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        made = run([RUNFILES / "tools" / "gpu_tables.py", folder / "records.jsonl",
+        made = run([RUNFILES / "maint" / "gpu_tables.py", folder / "records.jsonl",
                     folder / "tables", "--command", "gpu_bench_test"], timeout=120)
         self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
         text = (folder / "tables" / "results.md").read_text()
@@ -219,7 +219,7 @@ class GpuTablesOneGpuTest(unittest.TestCase):
                    dict(run_record, chapter=CHAPTERS[1], gbps=60.0, all_gbps=[60.0],
                         memory_label="cuda-emulated")]
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        made = run([RUNFILES / "tools" / "gpu_tables.py", folder / "records.jsonl",
+        made = run([RUNFILES / "maint" / "gpu_tables.py", folder / "records.jsonl",
                     folder / "tables", "--command", "gpu_bench_test"], timeout=120)
         self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
         text = (folder / "tables" / "results.md").read_text()
@@ -246,7 +246,7 @@ class GpuBenchFailingPairTest(unittest.TestCase):
         env = dict(os.environ, FAKE_FABTESTS_FAIL=f"{port + pair}:{how}")
         flags += ("--oob-port", port)
         result = subprocess.run(
-            [sys.executable, str(RUNFILES / "tools" / "gpu_bench.py"),
+            [sys.executable, str(RUNFILES / "maint" / "gpu_bench.py"),
              "--bin-dir", str(RUNFILES / "chapters"),
              "--fabtests", str(RUNFILES / "tests" / "fake_fabtests"), "--out", str(out),
              "--phases", "ceiling", "--sizes", str(PAGE), "--nics-per-gpu", "2",
@@ -256,7 +256,7 @@ class GpuBenchFailingPairTest(unittest.TestCase):
         records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
         (ceiling,) = [r for r in records if r["phase"] == "ceiling"]
         tables = pathlib.Path(tmp.name) / "tables"
-        made = run([RUNFILES / "tools" / "gpu_tables.py", out / "records.jsonl", tables,
+        made = run([RUNFILES / "maint" / "gpu_tables.py", out / "records.jsonl", tables,
                     "--command", "gpu_bench_test"], timeout=120)
         self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
         return ceiling, (tables / "results.md").read_text()
@@ -295,7 +295,7 @@ class GpuBenchBadFlagsTest(unittest.TestCase):
 
     def bench(self, *flags):
         out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "never"
-        result = run([RUNFILES / "tools" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
+        result = run([RUNFILES / "maint" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
                       "--fabtests", RUNFILES / "tests" / "fake_fabtests", "--out", out,
                       "--chapters", ",".join(CHAPTERS), *flags], timeout=60)
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
@@ -323,7 +323,7 @@ class GpuBenchBadFlagsTest(unittest.TestCase):
 
     def test_one_gpu_for_both_sides_is_accepted(self):
         out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "one-gpu"
-        result = run([RUNFILES / "tools" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
+        result = run([RUNFILES / "maint" / "gpu_bench.py", "--bin-dir", RUNFILES / "chapters",
                       "--fabtests", RUNFILES / "tests" / "fake_fabtests", "--out", out,
                       "--chapters", ",".join(CHAPTERS), "--phases", "env",
                       "--server-devices", "0", "--client-devices", "0"], timeout=60)
@@ -338,7 +338,7 @@ class GpuTablesBadInputTest(unittest.TestCase):
 
     def tables(self, *paths):
         out = pathlib.Path(os.environ["TEST_TMPDIR"]) / "no-tables"
-        result = run([RUNFILES / "tools" / "gpu_tables.py", *paths, out, "--command", "x"],
+        result = run([RUNFILES / "maint" / "gpu_tables.py", *paths, out, "--command", "x"],
                      timeout=60)
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
         self.assertFalse(out.exists())
@@ -354,7 +354,7 @@ class GpuTablesBadInputTest(unittest.TestCase):
             self.assertIn(f"{f.name}:2: not a JSON line", self.tables(f.name))
 
     def test_check_of_a_missing_folder_is_a_problem_not_a_crash(self):
-        result = run([RUNFILES / "tools" / "gpu_tables.py", "--check", "no-such-folder"],
+        result = run([RUNFILES / "maint" / "gpu_tables.py", "--check", "no-such-folder"],
                      timeout=60)
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("no-such-folder/results.md: No such file", result.stdout)

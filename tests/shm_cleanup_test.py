@@ -15,7 +15,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.environ.get("TEST_SRCDIR", "."),
-                                os.environ.get("TEST_WORKSPACE", ""), "tools"))
+                                os.environ.get("TEST_WORKSPACE", ""), "maint"))
 import peer_processes  # noqa: E402
 
 DEAD_PID = 4000000  # above any pid_max Linux allows (4194304 is the limit): never alive

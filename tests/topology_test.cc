@@ -1,5 +1,5 @@
 // Tests of common/topology: GPU/NIC/core groups on recorded topologies
-// (tests/fixtures, made by tools/make_topology_fixture.py) and on this machine.
+// (tests/fixtures, made by maint/make_topology_fixture.py) and on this machine.
 #include "common/topology.h"
 
 #include <gtest/gtest.h>

@@ -35,6 +35,11 @@
 #                          dlopen libcudart.so and libcuda.so.1 at run time)
 set -euo pipefail
 
+if [[ ${1:-} == --help || ${1:-} == -h ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
+
 repo=$(cd "$(dirname "$0")/.." && pwd)
 version=${LIBFABRIC_VERSION:-2.1.0}
 suite=${LIBFABRIC_SUITE:-trixie}

@@ -26,7 +26,7 @@ a provider's measurement.
 By default that folder is out/results/<name>/, which git ignores: a run
 leaves the checkout as it was. Recording is a separate, explicit step:
 --record writes into results/<name>/ (tracked) and refreshes the result
-tables of the docs pages (tools/docs_diff.py --write); --record-from copies a
+tables of the docs pages (maint/docs_diff.py --write); --record-from copies a
 folder made earlier into results/ the same way, without measuring again.
 
   python3 tools/compare.py                      # shm, host memory, 3 runs each
@@ -811,7 +811,7 @@ def is_recorded(path):
 def refresh_docs():
     """Regenerates the docs pages' result tables from results/ (what
     `bazel test //docs:all` checks). Returns True when it worked."""
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "docs_diff.py"), "--write"],
+    return subprocess.run([sys.executable, str(ROOT / "maint" / "docs_diff.py"), "--write"],
                           cwd=ROOT, stdout=subprocess.DEVNULL).returncode == 0
 
 
@@ -850,9 +850,9 @@ def record_from(src, dest, docs):
     if docs:
         if refresh_docs():
             print("compare: refreshed the result tables in docs/ and results/README.md "
-                  "(tools/docs_diff.py --write)")
+                  "(maint/docs_diff.py --write)")
         else:
-            print("compare: tools/docs_diff.py --write failed; run it by hand", file=sys.stderr)
+            print("compare: maint/docs_diff.py --write failed; run it by hand", file=sys.stderr)
             return 1
     print("compare: review with `git status` and `git diff`, then commit them")
     return 0
@@ -1077,7 +1077,7 @@ def main():
     say_replaced(out_dir, replaced)
     if refreshed:
         print("compare: refreshed the result tables in docs/ and results/README.md "
-              "(tools/docs_diff.py --write)")
+              "(maint/docs_diff.py --write)")
     if not is_recorded(out_dir):
         say_how_to_record(out_dir)
     if other_cpu is not None and other_cpu > 0.1:

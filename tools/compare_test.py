@@ -3,7 +3,7 @@ keeps the counters' medians per chapter, and labels a simulated
 NIC's numbers "simulated" (simnic).
 
 Runs compare.py's main() in a temporary git copy of the checkout (chapters,
-docs, results, tools, .gitignore), with run_chapter.run_once replaced by a
+docs, maint, results, tools, .gitignore), with run_chapter.run_once replaced by a
 stub that returns a made-up server record: what is checked is where compare
 writes, not what a chapter measures (the end-to-end tests run the chapters).
 The made-up numbers never leave the temporary copy.
@@ -86,7 +86,7 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name) / "checkout"
         src = source_root()
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        for part in ("chapters", "common", "docs", "results", "simnic", "tests", "tools"):
+        for part in ("chapters", "common", "docs", "maint", "results", "simnic", "tests", "tools"):
             shutil.copytree(src / part, self.root / part, ignore=ignore)
         shutil.copy2(src / ".gitignore", self.root / ".gitignore")
         git(self.root, "init", "-q")
@@ -114,7 +114,7 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         return git(self.root, "status", "--porcelain", "--untracked-files=all")
 
     def docs_check(self):
-        return subprocess.run([sys.executable, str(self.root / "tools" / "docs_diff.py"),
+        return subprocess.run([sys.executable, str(self.root / "maint" / "docs_diff.py"),
                                "--check", "--root", str(self.root)], capture_output=True,
                               text=True, timeout=120)
 

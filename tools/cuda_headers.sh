@@ -10,6 +10,10 @@
 # The binaries link libcudart statically and find the driver (libcuda) at run
 # time; without a GPU they say so and use host memory. Safe to run again.
 set -euo pipefail
+if [[ ${1:-} == --help || ${1:-} == -h ]]; then
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 dir=${1:?usage: cuda_headers.sh DIR}
 version=${CUDA_WHEEL_VERSION:-13.0.*}
 home="$dir/nvidia/cu13"

@@ -41,12 +41,23 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from make_figures import efa_nics  # noqa: E402  (NAME=PCI from an lspci -t -v tree)
 
 INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 AMAZON_VENDOR = "0x1d0f"  # PCI vendor id of EFA devices
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+def efa_nics(lspci_text):
+    """The EFA NICs of an `lspci -t -v` tree: NAME=PCI_ADDRESS as fi_info would
+    name them (rdmap<bus in decimal>s0), in PCI order."""
+    nics = []
+    for line in lspci_text.splitlines():
+        m = re.search(r"\[([0-9a-f]{2})\]----00\.0\s+Amazon\.com, Inc\. Elastic Fabric Adapter",
+                      line)
+        if m:
+            bus = int(m.group(1), 16)
+            nics.append(f"rdmap{bus}s0=0000:{bus:02x}:00.0")
+    return sorted(nics, key=lambda s: s.split("=")[1])
 
 
 class Outcome:

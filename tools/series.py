@@ -1,6 +1,6 @@
 """The series' recorded ladder and the chapters' one-line ideas.
 
-Shared by tools/compare.py (tables, plot) and tools/docs_diff.py (docs pages).
+Shared by tools/compare.py (tables, plot) and maint/docs_diff.py (docs pages).
 The Gbps numbers are the series' own, recorded on an AWS p5.48xlarge (8 H100
 GPUs, 32 EFA NICs of 100 Gbps) with its default request (64 KiB pages, 1000
 pages, 2000 repeats, 2 buffers per GPU), as the series' chapters report them

@@ -1,6 +1,6 @@
 // Prints the GPU/NIC/core groups that common/topology builds for a saved
 // topology and a list of NICs, as one JSON object: the facts behind
-// docs/figures/p5_layout.svg (tools/make_figures.py), from the same code
+// docs/figures/p5_layout.svg (maint/make_figures.py), from the same code
 // the chapters run, without the machine.
 //
 //   topology_dump tests/fixtures/p5.48xlarge.xml rdmap79s0=0000:4f:00.0 ...

@@ -1,6 +1,6 @@
 // libFuzzer target for everything the server does with bytes from the
 // network before it trusts them: DecodeHeader (the session), the decoders, and
-// CheckConnectFitsServer / CheckRequestFits. Built by tools/fuzz.sh with
+// CheckConnectFitsServer / CheckRequestFits. Built by maint/fuzz.sh with
 // clang's -fsanitize=fuzzer,address,undefined.
 //
 // Input: u32 split, then a first message of (split % rest) bytes and a

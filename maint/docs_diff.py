@@ -38,7 +38,7 @@ hand:
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
   <!-- output:end -->                ("What you should see"): the transcript
                                      docs/output/14_batch.txt, which
-                                     tools/capture_output.py makes by running
+                                     maint/capture_output.py makes by running
                                      the chapter and //docs:output_check_test
                                      checks against the binaries
 
@@ -63,8 +63,8 @@ hand:
                                      arithmetic allowed, `EXPR | FORMAT`
                                      formats (`.1f`, `,.0f`)
 
-  python3 tools/docs_diff.py --write   # update the pages
-  python3 tools/docs_diff.py --check   # exit 1 and list the stale pages
+  python3 maint/docs_diff.py --write   # update the pages
+  python3 maint/docs_diff.py --check   # exit 1 and list the stale pages
 
 --check also fails, naming the page, when a code block names a function the
 file no longer defines (renamed or moved: update the page's marker), and
@@ -94,7 +94,7 @@ import pathlib
 import re
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import series  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):begin ([^ ]+) -->\n)(.*?)"
@@ -153,7 +153,7 @@ class Repo:
     def _read_result_sets(self):
         """Every recording: one per folder written by tools/compare.py, one per
         (memory, page size, layout) found in a folder whose results.csv has
-        one row per chapter and configuration (as tools/gpu_tables.py writes
+        one row per chapter and configuration (as maint/gpu_tables.py writes
         them). Each is a dict: folder, rows ({chapter: row}), with the
         rows in compare.py's columns."""
         sets = []
@@ -337,13 +337,13 @@ def render_code(repo, arg):
 # --- what a short run prints ------------------------------------------------
 
 def render_output(repo, chapter):
-    """docs/output/<chapter>.txt (tools/capture_output.py), as a text block."""
+    """docs/output/<chapter>.txt (maint/capture_output.py), as a text block."""
     rel = f"docs/output/{chapter}.txt"
     try:
         text = repo.read(rel)
     except OSError:
         raise BlockError(f"output:begin {chapter}: no {rel} (bazel build //chapters/... && "
-                         f"python3 tools/capture_output.py --chapters {chapter})")
+                         f"python3 maint/capture_output.py --chapters {chapter})")
     return "```text\n" + text.rstrip("\n") + "\n```\n"
 
 
@@ -732,7 +732,7 @@ def typed_numbers(repo, page, text):
         for m in TYPED.finditer(line):
             problems.append(f"{page}: types '{m.group(0)}' (in '{line.strip()[:60]}'): generate "
                             "it with <!-- value:begin EXPR --> ... <!-- value:end --> "
-                            "(tools/docs_diff.py says what EXPR may name)")
+                            "(maint/docs_diff.py says what EXPR may name)")
     return problems
 
 
@@ -925,7 +925,7 @@ def main():
         print(f"docs_diff: {p}")
     if stale:
         print("docs_diff: stale page(s): " + ", ".join(stale))
-        print("docs_diff: run `python3 tools/docs_diff.py --write` and commit the pages")
+        print("docs_diff: run `python3 maint/docs_diff.py --write` and commit the pages")
     if stale or problems:
         return 1
     if args.check:

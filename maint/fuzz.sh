@@ -5,7 +5,7 @@
 # sanitizer report or a broken invariant; the input that did it is left in
 # the output folder.
 #
-#   tools/fuzz.sh [seconds]      (default 60; FUZZ_OUT=dir to keep the work)
+#   maint/fuzz.sh [seconds]      (default 60; FUZZ_OUT=dir to keep the work)
 #
 # Bazel 4's C++ rules build with gcc, which has no libFuzzer: this script
 # compiles with Debian's clang directly (packages clang, libclang-rt-14-dev).

@@ -1,4 +1,4 @@
-"""tools/leftovers.py on folders of the test's own."""
+"""maint/leftovers.py on folders of the test's own."""
 import os
 import pathlib
 import sys

@@ -18,8 +18,8 @@ the chapter that adds the warmup are read from common/ and chapters/. The output
 gives the same bytes, and //docs:figures_check_test fails when the checked-in
 figures differ from what this tool makes (fix: run it and commit them).
 
-  bazel build //tools:topology_dump && python3 tools/make_figures.py
-  python3 tools/make_figures.py --check      # exit 1 and name the figures that drifted
+  bazel build //tools:topology_dump && python3 maint/make_figures.py
+  python3 maint/make_figures.py --check      # exit 1 and name the figures that drifted
 
   docs/figures/cpu_per_write.svg  per chapter, what a writer thread's CPU does
                               per WRITE (CPU time inside and outside provider
@@ -41,6 +41,8 @@ import sys
 from xml.sax.saxutils import escape
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from p5_check import efa_nics  # noqa: E402  (NAME=PCI from an lspci -t -v tree)
 
 # Figures that need facts the code does not record yet: name -> what is missing.
 PENDING = {}
@@ -100,19 +102,6 @@ class FactError(Exception):
     pass
 
 
-def efa_nics(lspci_text):
-    """The EFA NICs of an `lspci -t -v` tree: NAME=PCI_ADDRESS as fi_info would
-    name them (rdmap<bus in decimal>s0), in PCI order."""
-    nics = []
-    for line in lspci_text.splitlines():
-        m = re.search(r"\[([0-9a-f]{2})\]----00\.0\s+Amazon\.com, Inc\. Elastic Fabric Adapter",
-                      line)
-        if m:
-            bus = int(m.group(1), 16)
-            nics.append(f"rdmap{bus}s0=0000:{bus:02x}:00.0")
-    return sorted(nics, key=lambda s: s.split("=")[1])
-
-
 def gpu_models(lspci_text):
     """PCI address -> the GPU's name in an `lspci -t -v` tree."""
     models = {}
@@ -162,7 +151,7 @@ def code_facts(root):
     warmup = next((c for c in chapters if c.endswith("_warmup")), None)
     if not warmup or not b or "CONNECT" not in names or "RANDOM_FILL" not in names:
         raise FactError("the code no longer has a warmup chapter, one kMaxPendingWrites, CONNECT or "
-                        "RANDOM_FILL: update tools/make_figures.py")
+                        "RANDOM_FILL: update maint/make_figures.py")
     return {"messages": names, "backlog": int(b.group(1)), "warmup_chapter": warmup,
             "first_chapter": chapters[0]}
 
@@ -195,7 +184,7 @@ def p5_layout(layout, facts):
              f"the {len(groups[0]['nics'])} EFA NICs behind its PCIe switch and "
              f"{len(groups[0]['cores'])} cores of its NUMA node", 15, weight="bold")
     svg.text(pad, 46, f"{nics} NICs x 100 Gbps = {nics * 100} Gbps; {layout['physical_cores']} "
-             "physical cores. Drawn by tools/make_figures.py from tests/fixtures/p5.48xlarge.xml "
+             "physical cores. Drawn by maint/make_figures.py from tests/fixtures/p5.48xlarge.xml "
              "and p5-lspci.txt through common/topology.", 11, color=COLORS["muted"])
     for row, node in enumerate(nodes):
         mine = [g for g in groups if g["numa_node"] == node]
@@ -399,7 +388,7 @@ def cpu_per_write(rows, folder):
     svg.text(x0, 46, f"Counters of {folder}/results.csv (medians of {first['runs']} runs; "
              f"{first['provider']}, {first['memory']} memory, {first['gpus']} groups x "
              f"{first['nics_per_gpu']} NICs, {first['page_size']}-byte pages), drawn by "
-             "tools/make_figures.py.", 11, color=COLORS["muted"])
+             "maint/make_figures.py.", 11, color=COLORS["muted"])
     svg.text(x0, 62, "Each row is a chapter; the row above it is the chapter before its idea. "
              "CPU time per WRITE is one writer thread's, split between provider calls and "
              "our own code (docs/counters.md).", 11, color=COLORS["muted"])
@@ -500,7 +489,7 @@ def main():
             print(f"make_figures: wrote {path}")
     if drifted:
         print(f"make_figures: {', '.join(drifted)} in {args.out} differ from what the code "
-              "makes; run `bazel build //tools:topology_dump && python3 tools/make_figures.py` "
+              "makes; run `bazel build //tools:topology_dump && python3 maint/make_figures.py` "
               "and commit them")
         return 1
     if args.check:

@@ -1,5 +1,5 @@
 """Chapter 14's reader reads no more than the series' 14_batch.cpp would
-make them read (tools/call_graph.py walks clang's AST and says what counts),
+make them read (maint/call_graph.py walks clang's AST and says what counts),
 and docs/maintaining.md shows the tool's own output.
 
 Reads the source tree (found through the runfiles link of call_graph.py)
@@ -14,12 +14,12 @@ import unittest
 
 def source_root():
     runfiles = pathlib.Path(os.environ.get("TEST_SRCDIR", "")) / os.environ.get("TEST_WORKSPACE", "")
-    link = runfiles / "tools" / "call_graph.py"
+    link = runfiles / "maint" / "call_graph.py"
     path = link if link.exists() else pathlib.Path(__file__).parent / "call_graph.py"
     return path.resolve().parent.parent
 
 
-sys.path.insert(0, str(source_root() / "tools"))
+sys.path.insert(0, str(source_root() / "maint"))
 import call_graph  # noqa: E402
 
 

@@ -25,8 +25,8 @@ piece (a lone ": ") says nothing and is left out.
 tools/p5_check.py (the checks a p5 user runs first) counts too: the text
 of each fail(...) and skip(...) it can print.
 
-  python3 tools/error_messages.py            # one stem a line, with where
-  python3 tools/error_messages.py --check docs/troubleshooting.md
+  python3 maint/error_messages.py            # one stem a line, with where
+  python3 maint/error_messages.py --check docs/troubleshooting.md
 
 --check exits 1 and lists the stems the page does not contain
 (//docs:troubleshooting_check_test).

@@ -5,7 +5,7 @@ Runs where Bazel is not: the chapter binaries come from --bin-dir (built
 elsewhere against a CUDA toolkit and a CUDA-capable libfabric) and fabtests'
 fi_rma_bw from --fabtests. Each measurement is appended as one JSON line to
 --out/records.jsonl as soon as it exists, so a run cut short keeps what it
-measured. tools/gpu_tables.py turns the records into tables.
+measured. maint/gpu_tables.py turns the records into tables.
 
   phases:
     env       GPUs, driver, CUDA, CPU, libfabric
@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import run_chapter  # noqa: E402
 
 PHASES = ["env", "copy", "split", "ceiling", "mt", "mt-host", "cuda", "ceiling-after", "host"]
@@ -274,7 +274,7 @@ def phase_mt(args, memory, sizes, endpoints, iters):
 
 
 def phase_copy(args, sizes):
-    """Times the CUDA work shm does per WRITE (tools/probes/cuda_copy_probe):
+    """Times the CUDA work shm does per WRITE (maint/probes/cuda_copy_probe):
     the target's copy and the initiator's IPC handle lookup, each from one
     process with one thread, one process with a thread per endpoint, and one
     process per endpoint (as the fi_rma_bw pairs are)."""
@@ -417,7 +417,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bin-dir", type=pathlib.Path, required=True,
                    help="chapter binaries, <dir>/<chapter>/{server,client} "
-                        "(tools/build_gpu_binaries.sh)")
+                        "(maint/build_gpu_binaries.sh)")
     p.add_argument("--fabtests", type=pathlib.Path, required=True, help="folder with fi_rma_bw")
     p.add_argument("--out", type=pathlib.Path, required=True,
                    help="folder for records.jsonl (appended to, one JSON line per measurement)")
@@ -502,7 +502,7 @@ def main():
             for program in ("server", "client"):
                 if not os.access(args.bin_dir / chapter / program, os.X_OK):
                     p.error(f"--bin-dir: no {chapter}/{program} in {args.bin_dir} "
-                            "(tools/build_gpu_binaries.sh makes them)")
+                            "(maint/build_gpu_binaries.sh makes them)")
     if "copy" in wanted and not os.access(args.bin_dir / "probes" / "cuda_copy_probe", os.X_OK):
         p.error(f"--bin-dir: no probes/cuda_copy_probe in {args.bin_dir}")
     args.copy_modes = args.copy_modes.split(",")

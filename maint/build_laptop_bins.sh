@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds what tools/time_laptop_checks.py runs on a machine without Bazel (a
+# Builds what maint/time_laptop_checks.py runs on a machine without Bazel (a
 # GPU machine held to a laptop's cores with taskset): every chapter, the exercise variants that edit the code (11.1's
 # staged failure with and without the compare-exchange; 14.1's kBatchSize 1,
 # 4, 16 and 64), simnic's provider, the libraries they load that such a
 # machine may lack (lib/; libstdc++ and libgcc_s apart in lib2/), and ip, ps
 # and taskset as a fallback (fb/, used only where the machine has none).
 #
-#   tools/build_laptop_bins.sh .devbin      # a folder .git/info/exclude ignores
+#   maint/build_laptop_bins.sh .devbin      # a folder .git/info/exclude ignores
 set -euo pipefail
 out=${1:?usage: build_laptop_bins.sh OUTDIR}
 cd "$(dirname "$0")/.."

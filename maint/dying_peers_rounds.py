@@ -24,9 +24,9 @@ verified, no stale /dev/shm file or zombie, the server's RSS within 10% of
 its value after the first round, and its fd count back to that value.
 Exit code 0 on PASS, 1 on FAIL, 2 on bad usage.
 
-  tools/dying_peers_rounds.py --rounds 50                        # the recorded run
-  tools/dying_peers_rounds.py --rounds 3 --providers shm --out /tmp/dp
-  LIBFABRIC_PREFIX=/opt/amazon/efa tools/dying_peers_rounds.py --rounds 50
+  maint/dying_peers_rounds.py --rounds 50                        # the recorded run
+  maint/dying_peers_rounds.py --rounds 3 --providers shm --out /tmp/dp
+  LIBFABRIC_PREFIX=/opt/amazon/efa maint/dying_peers_rounds.py --rounds 50
 
 Binaries: --bin-dir (a folder with <chapter>/server and <chapter>/client),
 else bazel-bin/chapters (build them first: bazel build //chapters/18_more:all).
@@ -437,7 +437,7 @@ class Run:
             failures.append(f"--time-limit {a.time_limit:.0f} s reached after {total} round(s)")
         wanted = a.rounds * len(a.providers.split(",")) * len(a.signals.split(","))
         summary = {
-            "tool": "tools/dying_peers_rounds.py", "argv": sys.argv[1:], "seed": self.seed,
+            "tool": "maint/dying_peers_rounds.py", "argv": sys.argv[1:], "seed": self.seed,
             "chapter": a.chapter, "libfabric": self.libfabric,
             "libfabric_prefix": os.environ.get("LIBFABRIC_PREFIX", ""),
             "ld_library_path": self.env.get("LD_LIBRARY_PATH", ""),
@@ -474,7 +474,7 @@ def markdown(s):
              f"- server `--repeat {s['server_repeat']}`, otherwise default flags; clients default "
              f"flags; stopped at a random delay of {s['delays_s'][0]}-{s['delays_s'][1]} s; "
              f"seed {s['seed']}",
-             f"- command: `tools/dying_peers_rounds.py {' '.join(s['argv'])}`",
+             f"- command: `maint/dying_peers_rounds.py {' '.join(s['argv'])}`",
              f"- rounds: {s['rounds_run']} of {s['rounds_wanted']}", "",
              "| provider, signal | rounds | signal sent | good verified | server deaths | "
              "client deaths | *.btr | rounds leaving stale /dev/shm | rounds with zombies |",

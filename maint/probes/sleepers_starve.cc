@@ -7,8 +7,8 @@
 // per second, the work each process's busy threads did (millions of loop
 // turns): a column of zeros is a thread that got no CPU for that second.
 //
-//   bazel run //tools/probes:sleepers_starve -- --sleepers 2 --sleep-us 5
-//   bazel run //tools/probes:sleepers_starve -- --sleepers 0   # the control
+//   bazel run //maint/probes:sleepers_starve -- --sleepers 2 --sleep-us 5
+//   bazel run //maint/probes:sleepers_starve -- --sleepers 0   # the control
 //
 // Linux 6.18 (2026-11-28, 2 cores, 6 s runs): with two sleepers of 5 us or
 // of 1 ms, at least two of the four processes did nothing for whole runs on

@@ -22,7 +22,7 @@ A hop is one step from a function to one it calls (a lambda is a step of
 its own): the series' 14_batch.cpp takes 3 from its loop to fi_writemsg
 (the loop, PostWrite, ProgressPendingOps, fi_writemsg).
 
-Usage: tools/call_graph.py [--chapter 14_batch] [--list] [--json] [--check]
+Usage: maint/call_graph.py [--chapter 14_batch] [--list] [--json] [--check]
 """
 import argparse
 import bisect

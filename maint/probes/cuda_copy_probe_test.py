@@ -7,7 +7,7 @@ import subprocess
 import unittest
 
 RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / os.environ["TEST_WORKSPACE"]
-PROBE = RUNFILES / "tools" / "probes" / "cuda_copy_probe"
+PROBE = RUNFILES / "maint" / "probes" / "cuda_copy_probe"
 
 
 def run(*args):

@@ -22,8 +22,8 @@ to a shared folder such as /tmp (a check writes under the checkout's out/,
 so two checkouts on one machine never touch each other's files). It runs nothing else:
 the answers are measured by whoever does the exercise, never typed here.
 
-  python3 tools/check_exercises.py                 # binaries from bazel-bin
-  python3 tools/check_exercises.py --bin-dir DIR   # DIR/<chapter>/server ...
+  python3 maint/check_exercises.py                 # binaries from bazel-bin
+  python3 maint/check_exercises.py --bin-dir DIR   # DIR/<chapter>/server ...
 
 Exits 1 with one line per problem, 0 when every page is right.
 """

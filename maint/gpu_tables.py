@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Turns a tools/gpu_bench.py run (records.jsonl) into results tables and a plot.
+"""Turns a maint/gpu_bench.py run (records.jsonl) into results tables and a plot.
 
-  tools/gpu_tables.py RECORDS.jsonl results/h200x2-shm-cuda --command "..."
+  maint/gpu_tables.py RECORDS.jsonl results/h200x2-shm-cuda --command "..."
 
 Writes results.md (every chapter as Gbps, Mops/s and percent of the
 fi_rma_bw ceiling measured in the same run), results.csv, plot.png, and a
@@ -16,7 +16,7 @@ import pathlib
 import statistics
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import series  # noqa: E402
 
 
@@ -232,7 +232,7 @@ def libfabric_version(fi_info_version):
 def markdown(env, ceilings, table, failures, command, title, extra):
     gpus = env.get("gpus", [])
     lines = [f"# {title}", ""]
-    lines += ["Measured with `tools/gpu_bench.py`; tables made by `tools/gpu_tables.py` from the raw",
+    lines += ["Measured with `maint/gpu_bench.py`; tables made by `maint/gpu_tables.py` from the raw",
               "records beside this file (`records.jsonl`). Medians of the runs listed.", ""]
     lines += ["| | |", "|---|---|"]
     found = "none found" if env else "not recorded"  # an env record lists none, or none was made
@@ -346,7 +346,7 @@ def copy_section(copies):
     handles = [r for r in copies if r.get("mode", "copy") == "ipc-handle"]
     lines = []
     if plain:
-        lines += ["## A plain cudaMemcpy loop (tools/probes/cuda_copy_probe)", "",
+        lines += ["## A plain cudaMemcpy loop (maint/probes/cuda_copy_probe)", "",
                   f"Blocking cudaMemcpy from GPU {plain[0]['src_device']} memory into GPU "
                   f"{plain[0]['dst_device']} memory, one copy after another per thread.", "",
                   "| size | processes | threads each | Gbps | Mops/s |", "|---|---:|---:|---:|---:|"]

@@ -12,11 +12,11 @@ from by <path>, the host group's NUMA node and
 cores by <node> and <cores>. What is left is the same on every machine and
 every run, so the pages can show it and a test can compare it:
 
-  bazel build //chapters/... && python3 tools/capture_output.py   # rewrite docs/output/
-  python3 tools/capture_output.py --check     # exit 1 naming each chapter that drifted
-  python3 tools/docs_diff.py --write          # copy docs/output/ into the pages
+  bazel build //chapters/... && python3 maint/capture_output.py   # rewrite docs/output/
+  python3 maint/capture_output.py --check     # exit 1 naming each chapter that drifted
+  python3 maint/docs_diff.py --write          # copy docs/output/ into the pages
 
-tools/docs_diff.py puts docs/output/<chapter>.txt between the page's
+maint/docs_diff.py puts docs/output/<chapter>.txt between the page's
 `<!-- output:begin <chapter> -->` and `<!-- output:end -->`;
 `bazel test //docs:output_check_test` runs this tool's check on the
 binaries Bazel built.
@@ -173,8 +173,8 @@ def main():
             print(f"capture_output: wrote {path}")
     if drifted:
         print(f"capture_output: the output of {', '.join(drifted)} differs from {out}; run "
-              "`bazel build //chapters/... && python3 tools/capture_output.py`, then "
-              "`python3 tools/docs_diff.py --write`, and commit both")
+              "`bazel build //chapters/... && python3 maint/capture_output.py`, then "
+              "`python3 maint/docs_diff.py --write`, and commit both")
         return 1
     if args.check:
         print(f"capture_output: {len(wanted)} chapter(s) print what {out} says")

@@ -1,4 +1,4 @@
-"""What the dying-peers tests and tools/dying_peers_rounds.py share about
+"""What the dying-peers tests and maint/dying_peers_rounds.py share about
 the processes they start and watch: where a chapter's binaries are, reading
 a log that may not exist yet, waiting with a deadline, and a work folder
 that goes away with the test."""

@@ -7,9 +7,9 @@ clones can test at once; .ci/run checks it around the README's test
 command on its fresh machine (on a shared machine other users' and other
 clones' files would show too).
 
-  python3 tools/leftovers.py snapshot before.txt
+  python3 maint/leftovers.py snapshot before.txt
   bazel test //...
-  python3 tools/leftovers.py check before.txt   # exit 1 and a list if any
+  python3 maint/leftovers.py check before.txt   # exit 1 and a list if any
 
 --roots replaces the folders looked at (default: /tmp /dev/shm).
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times the workshop's two-hour laptop plan (docs/workshop.md) on a machine
-without Bazel, with the binaries tools/build_laptop_bins.sh made.
+without Bazel, with the binaries maint/build_laptop_bins.sh made.
 
 Each step's check (exercises 10.1, 11.1, 11.2, 12.1, 14.1, 16.1 as their
 chapter pages give them, and tests/two_hosts_netns_test.py) runs under
@@ -10,9 +10,9 @@ rounds repeat while --budget lasts. Writes OUT/runs.jsonl (seconds, the
 verdict the page's <!-- verdict --> patterns read, the output's tail) and
 prints each run and the median per step.
 
-  tools/build_laptop_bins.sh .devbin                        # here, with Bazel
-  python3 tools/time_laptop_checks.py --bin-root .devbin --out /tmp/t --budget 120
-  python3 tools/time_laptop_checks.py --summarize /tmp/t --label "MACHINE" --commit ID
+  maint/build_laptop_bins.sh .devbin                        # here, with Bazel
+  python3 maint/time_laptop_checks.py --bin-root .devbin --out /tmp/t --budget 120
+  python3 maint/time_laptop_checks.py --summarize /tmp/t --label "MACHINE" --commit ID
                                                             # writes /tmp/t/results.md
 """
 import argparse
@@ -26,7 +26,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "maint"))
 import run_exercises as rx  # noqa: E402
 
 
@@ -96,8 +96,8 @@ def summarize(folder, label, commit, command):
     text = "\n".join([
         "# The workshop's laptop plan on 4 cores: each step's check, timed",
         "",
-        "Made by `tools/time_laptop_checks.py` (every check under `taskset -c "
-        f"{', '.join(cpus)}`, binaries from `tools/build_laptop_bins.sh` carried over); "
+        "Made by `maint/time_laptop_checks.py` (every check under `taskset -c "
+        f"{', '.join(cpus)}`, binaries from `maint/build_laptop_bins.sh` carried over); "
         "this table by its `--summarize` from [runs.jsonl](runs.jsonl), which holds each run's "
         "command, verdict and output tail.",
         "",
@@ -129,7 +129,7 @@ def main():
     parser.add_argument("--commit", default="(unknown)", help="binaries' commit, for --summarize")
     parser.add_argument("--command", default="(not given)", help="the timing command, for --summarize")
     parser.add_argument("--bin-root", type=pathlib.Path,
-                        help="what tools/build_laptop_bins.sh wrote")
+                        help="what maint/build_laptop_bins.sh wrote")
     parser.add_argument("--out", type=pathlib.Path, help="folder for runs.jsonl")
     parser.add_argument("--cpus", default="0-3", help="taskset's CPU list (default: %(default)s)")
     parser.add_argument("--budget", type=float, default=120,

@@ -2,7 +2,7 @@
 """Runs the exercises' checks unattended and records the verdict of each.
 
 Every exercise on a chapter page (docs/NN_name.md, "## Exercises") has a
-`Check:` block of shell commands (tools/check_exercises.py checks that they
+`Check:` block of shell commands (maint/check_exercises.py checks that they
 would run). This tool runs them. What decides is the page's own
 `<!-- verdict: REGEX -->` line(s) under the exercise: the verdict of a run
 is every match of those patterns in the check's output, in order (a
@@ -15,10 +15,10 @@ ratio that moves with the machine's load says instead
 
 and is listed, with its reason, never run.
 
-  python3 tools/run_exercises.py                       # every exercise once
-  python3 tools/run_exercises.py --only 11.1 14.1 --repeat 5
-  python3 tools/run_exercises.py --repeat 5 --record results/exercises-2core
-  python3 tools/run_exercises.py --bin-dir DIR         # no Bazel: DIR/<chapter>/server ...
+  python3 maint/run_exercises.py                       # every exercise once
+  python3 maint/run_exercises.py --only 11.1 14.1 --repeat 5
+  python3 maint/run_exercises.py --repeat 5 --record results/exercises-2core
+  python3 maint/run_exercises.py --bin-dir DIR         # no Bazel: DIR/<chapter>/server ...
 
 A check runs with bash in the checkout (cwd), one at a time. Its `sed -i`
 edits change files of the checkout, which the check itself restores with
@@ -249,7 +249,7 @@ def record(args, root, table, runs, seconds):
     lines = [
         "# The exercises' checks, run unattended",
         "",
-        "Recorded by `tools/run_exercises.py`: every exercise's `Check:` block run "
+        "Recorded by `maint/run_exercises.py`: every exercise's `Check:` block run "
         f"{args.repeat} time(s), its verdict read with the page's `<!-- verdict: ... -->` "
         "patterns (runs.jsonl has every run).",
         "",
@@ -258,7 +258,7 @@ def record(args, root, table, runs, seconds):
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ} "
         f"(took {seconds:.0f} s)",
         f"- load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
-        "- command: `python3 tools/run_exercises.py "
+        "- command: `python3 maint/run_exercises.py "
         + " ".join(sys.argv[1:]) + "`",
     ] + ([f"- beside it: {args.note}"] if args.note else []) + [
         "",
