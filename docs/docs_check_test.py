@@ -32,7 +32,8 @@ def check(root):
 def copy_tree(tmp):
     """The parts of the checkout the pages are made from, in tmp."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "maint", "results", "simnic", "tests", "tools"):
+    for part in ("chapters", "common", "docs", "harness", "maint", "results", "simnic", "tests",
+                 "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png"))
     return copy

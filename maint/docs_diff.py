@@ -58,7 +58,7 @@ hand:
                                      `series.cores_per_gpu`), the short run of
                                      "What you should see" (`capture.gpus`,
                                      `capture.nics_per_gpu`, `capture.writes`,
-                                     tools/capture_output.py's flags),
+                                     maint/capture_output.py's flags),
                                      `rec(FOLDER, CHAPTER, COLUMN)`;
                                      arithmetic allowed, `EXPR | FORMAT`
                                      formats (`.1f`, `,.0f`)
@@ -625,9 +625,9 @@ def code_count(root, rel, pattern):
 
 
 def capture_flags(root):
-    """The numeric flags of tools/capture_output.py's short run (`--gpus 1`
+    """The numeric flags of maint/capture_output.py's short run (`--gpus 1`
     as capture.gpus), and the WRITEs it makes (capture.writes)."""
-    text = (pathlib.Path(root) / "tools" / "capture_output.py").read_text()
+    text = (pathlib.Path(root) / "maint" / "capture_output.py").read_text()
     flags = {m.group(1).replace("-", "_"): _number(m.group(2))
              for m in re.finditer(r'"--([a-z-]+)",\s*"(\d+)"', text)}
     if {"gpus", "pages", "repeat"} <= set(flags):
@@ -680,7 +680,7 @@ def value_names(repo):
                 "cores_per_gpu": series.P5_CORES_PER_GPU,
                 "page_size": series.SERIES_PAGE_SIZE, "pages": series.SERIES_PAGES,
                 "repeat": series.SERIES_REPEAT}),
-            "capture": _Fields("tools/capture_output.py", capture_flags(repo.root)),
+            "capture": _Fields("maint/capture_output.py", capture_flags(repo.root)),
             "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
             "str": str, "range": range,
         }

@@ -12,7 +12,7 @@ SERIES_SOURCE = ('the blog series "Harnessing 3200Gbps Network" (abcdabcd987), '
 SERIES_SHORT = "series, p5"
 
 # The series' machine, an AWS p5.48xlarge: the pages read these rather than
-# typing them (tools/docs_diff.py's `series.gpus`, `series.nics`, ...).
+# typing them (maint/docs_diff.py's `series.gpus`, `series.nics`, ...).
 P5_GPUS = 8  # H100
 P5_NICS_PER_GPU = 4  # EFA NICs on a GPU's PCIe switches
 P5_NICS = P5_GPUS * P5_NICS_PER_GPU
