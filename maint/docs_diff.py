@@ -59,7 +59,9 @@ hand:
                                      "What you should see" (`capture.gpus`,
                                      `capture.nics_per_gpu`, `capture.writes`,
                                      maint/capture_output.py's flags),
-                                     `rec(FOLDER, CHAPTER, COLUMN)`;
+                                     `rec(FOLDER, CHAPTER, COLUMN)` (with
+                                     `memory="host"` and the like where a
+                                     folder holds several tables);
                                      arithmetic allowed, `EXPR | FORMAT`
                                      formats (`.1f`, `,.0f`)
 
@@ -654,9 +656,13 @@ def code_literal(root, rel, pattern):
 def value_names(repo):
     """What a value marker may name (each read once per Repo)."""
     if not hasattr(repo, "_value_names"):
-        def rec(folder, chapter, column):
+        def rec(folder, chapter, column, **match):
+            """A recording's number; `memory="host"`, `page_size="65536"`
+            pick one of a folder's tables where it has several."""
             for r in repo.result_sets():
-                if r["folder"] == folder:
+                first = next(iter(r["rows"].values()))
+                if r["folder"] == folder and all(str(first.get(k)) == str(v)
+                                                 for k, v in match.items()):
                     v = _f(r["rows"].get(chapter), column)
                     if v is None:
                         raise BlockError(f"results/{folder} has no {column} for {chapter}")
