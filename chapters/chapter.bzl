@@ -28,6 +28,25 @@ def chapter(name):
         visibility = ["//visibility:public"],
         deps = ["//common:server"],
     )
+    # The same server counting its atomic operations (harness/atomic_census.cc):
+    # server.cc compiled with the sanitizer's hooks, which the census library
+    # provides. Its runs count, they do not time. Built when asked for (under
+    # a sanitizer, the plain server: //harness:sanitized).
+    native.cc_binary(
+        name = "server_atomic_census",
+        srcs = ["server.cc"],
+        copts = select({
+            "//harness:sanitized": [],
+            "//conditions:default": ["-fsanitize=thread"],
+        }),
+        data = ["//simnic:libsimnic-fi.so"],
+        tags = ["manual"],
+        visibility = ["//visibility:public"],
+        deps = ["//common:server"] + select({
+            "//harness:sanitized": [],
+            "//conditions:default": ["//harness:atomic_census"],
+        }),
+    )
     native.cc_binary(
         name = "client",
         srcs = ["client.cc"],

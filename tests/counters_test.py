@@ -45,13 +45,15 @@ def own_session():
 
 
 def run_chapter(chapter, tmp, common=COMMON, env=None, page_size=4096, pages=PAGES,
-                tag=""):
-    """Server and client of one chapter; returns (server record, client output)."""
+                tag="", server_binary="server"):
+    """Server and client of one chapter (`server_binary`: a build of its
+    server, :server_atomic_census say); returns (server record, client
+    output)."""
     address = tmp / f"{chapter}{tag}.address"
     result = tmp / f"{chapter}{tag}.json"
     env = dict(os.environ, **(env or {}))
     server = subprocess.Popen(
-        [str(RUNFILES / "chapters" / chapter / "server"), "--once", "--repeat", str(REPEAT),
+        [str(RUNFILES / "chapters" / chapter / server_binary), "--once", "--repeat", str(REPEAT),
          "--address-file", str(address), "--result-json", str(result)] + common,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         preexec_fn=own_session)

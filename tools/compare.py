@@ -334,12 +334,12 @@ def say(filt, text):
     print(text, file=filt.out, flush=True)
 
 
-def stage_binaries(chapter_list, dest):
+def stage_binaries(chapter_list, dest, census=False):
     """Copies the freshly built binaries aside, so that a rebuild in the same
     workspace (another terminal, a test run) cannot swap them mid-run."""
     for chapter in chapter_list:
         (dest / chapter).mkdir(parents=True)
-        for name in ("server", "client"):
+        for name in ("server", "client") + (("server_atomic_census",) if census else ()):
             src = ROOT / "bazel-bin" / "chapters" / chapter / name
             if not src.exists():
                 sys.exit(f"compare: {src} not found after the build")
@@ -394,6 +394,27 @@ def run_all(args, chapter_list):
     return records, time.monotonic() - started
 
 
+def run_census(args, chapter_list):
+    """--atomic-census: one run of each chapter's census build after the
+    timed runs (harness/atomic_census.cc): its atomic operations counted,
+    its rate not kept (the count slows every atomic operation)."""
+    census_args = argparse.Namespace(**vars(args))
+    census_args.atomic_census = True
+    records = []
+    for chapter in chapter_list:
+        try:
+            record = run_chapter.run_once(census_args, chapter, echo=False)
+        except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            record = {"chapter": chapter, "ok": False, "error": str(e)}
+        writes = record.get("writes") or 0
+        got = ", ".join(f"{key} {record[key] / writes:.3f}" for key in CENSUS_KEYS
+                        if key in record and writes)
+        print(f"[census {chapter}] {got + ' a WRITE' if got else 'FAILED: no census'}",
+              flush=True)
+        records.append(record)
+    return records
+
+
 # --- tables ----------------------------------------------------------------
 
 def counter_medians(ok_records):
@@ -416,7 +437,34 @@ def counter_medians(ok_records):
     return out
 
 
-def summarize(records, chapter_list):
+# The census build's counts (run_chapter.py --atomic-census), kept per
+# WRITE as row["<key>_per_write"]: (key, heading in results.md).
+CENSUS_KEYS = {"atomic_rmw": "atomic read-modify-writes / WRITE",
+               "atomic_stores": "atomic stores / WRITE",
+               "cross_thread_atomic_writes": "... to an atomic another thread wrote last / WRITE"}
+
+
+def census_per_write(census, chapter):
+    """{row column: count per WRITE} of the chapter's census run; {} when
+    there is none."""
+    for r in census or ():
+        if r.get("chapter") == chapter and r.get("ok") and r.get("writes"):
+            return {f"{key}_per_write": r[key] / r["writes"] for key in CENSUS_KEYS if key in r}
+    return {}
+
+
+def census_table(rows):
+    """One row per chapter with a census: its atomic operations per WRITE."""
+    lines = ["| chapter | " + " | ".join(CENSUS_KEYS.values()) + " |",
+             "|---|" + "---:|" * len(CENSUS_KEYS)]
+    for r in rows:
+        if any(f"{key}_per_write" in r for key in CENSUS_KEYS):
+            cells = [fmt_counter(r.get(f"{key}_per_write"), 3) for key in CENSUS_KEYS]
+            lines.append(f"| {r['chapter']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summarize(records, chapter_list, census=None):
     rows = []
     prev_gbps = None
     for chapter in chapter_list:
@@ -444,6 +492,7 @@ def summarize(records, chapter_list):
             prev_gbps = row["gbps_median"]
         else:
             prev_gbps = None
+        row.update(census_per_write(census, chapter))
         rows.append(row)
     return rows
 
@@ -582,6 +631,20 @@ def layout_text(meta):
             f"({2 * s['gpus'] * s['pages'] * s['repeat']} WRITEs a run)")
 
 
+def census_text(rows):
+    """results.md's census section, where the recording ran one."""
+    if not any(f"{key}_per_write" in r for r in rows for key in CENSUS_KEYS):
+        return ""
+    return f"""
+The atomic census (`--atomic-census`): one more run of each chapter's census
+build (harness/atomic_census.cc), its server.cc's atomic operations counted;
+that run's rate is not kept. The last column depends on how the threads
+interleaved.
+
+{census_table(rows)}
+"""
+
+
 def write_markdown(path, meta, rows):
     m = meta["machine"]
     s = meta["settings"]
@@ -656,7 +719,7 @@ more than {NOISE_MULTIPLE} times its uncertainty is a gain or a LOSS; a
 smaller one is inside the noise.
 
 {steps_table(rows)}
-{prediction_text}
+{prediction_text}{census_text(rows)}
 ![plot](plot.png)
 """
     path.write_text(text)
@@ -782,7 +845,7 @@ def redraw(out_dir):
     data = json.loads(path.read_text())
     meta, records = data["meta"], data["records"]
     meta["counter_rule"] = counter_rule_of(records)
-    rows = summarize(records, meta["settings"]["chapters"])
+    rows = summarize(records, meta["settings"]["chapters"], data.get("census"))
     add_steps(rows)
     add_predictions(rows, meta.get("prediction"))
     data["rows"] = rows
@@ -901,6 +964,10 @@ def main():
     parser.add_argument("--primitives", type=pathlib.Path, default=None, metavar="FILE",
                         help="over simnic: this machine's primitives (simnic_bench --primitives "
                              "output) for the predictions; default: run simnic_bench here")
+    parser.add_argument("--atomic-census", action="store_true",
+                        help="after the timed runs, one run of each chapter's census build "
+                        "(:server_atomic_census; in --bin-dir too): its atomic operations per "
+                        "WRITE in results.md and results.json (a counting run, not timed)")
     parser.add_argument("--plot-only", type=pathlib.Path, default=None, metavar="DIR",
                         help="redraw DIR/plot.png from DIR/results.json and exit")
     args = parser.parse_args()
@@ -996,13 +1063,16 @@ def main():
                 print("compare: building the chapters (bazel build)", flush=True)
                 try:
                     run_chapter.build(chapter_list)
+                    if args.atomic_census:
+                        run_chapter.build(chapter_list, "server_atomic_census")
                 except subprocess.CalledProcessError:
                     sys.exit("compare: the build failed (see above)")
-            stage_binaries(chapter_list, pathlib.Path(staged))
+            stage_binaries(chapter_list, pathlib.Path(staged), args.atomic_census)
             args.bin_dir = pathlib.Path(staged)
         cpu_before = cpu_snapshot()
         records, seconds = run_all(args, chapter_list)
         other_cpu = other_cpu_share(cpu_before, cpu_snapshot(), seconds)
+        census = run_census(args, chapter_list) if args.atomic_census else None
 
     ok = [r for r in records if r.get("ok")]
     provider = args.provider if args.provider != "auto" or not ok else ok[0]["provider"]
@@ -1038,16 +1108,19 @@ def main():
                    "gbps": {c: series.series_gbps(c) for c in series.CHAPTERS},
                    "mops": {c: series.series_mops(c) for c in series.CHAPTERS}},
     }
-    rows = summarize(records, chapter_list)
+    rows = summarize(records, chapter_list, census)
     add_steps(rows)
     add_predictions(rows, prediction)
     replaced = previous_recording(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for r in records:  # temporary paths say nothing once the run is over
+    for r in records + (census or []):  # temporary paths say nothing once the run is over
         if "command" in r:
             r["command"] = re.sub(r"/tmp/[^ ]*/", "<tmp>/", r["command"])
+    # The census runs apart from the timed records: nothing that reads the
+    # records (medians, the refit) may take their rates.
     (out_dir / "results.json").write_text(
-        json.dumps({"meta": meta, "rows": rows, "records": records}, indent=1) + "\n")
+        json.dumps({"meta": meta, "rows": rows, "records": records,
+                    **({"census": census} if census is not None else {})}, indent=1) + "\n")
     write_csv(out_dir / "results.csv", meta, rows)
     write_markdown(out_dir / "results.md", meta, rows)
     drew = plot(out_dir)
@@ -1071,6 +1144,9 @@ def main():
     if prediction:
         print()
         print(predictions_table(rows))
+    if census is not None:
+        print()
+        print(census_table(rows))
     print()
     print(f"compare: ran for {seconds:.0f} s; wrote results.md, results.csv, results.json"
           f"{', plot.png' if drew else ''} to {shown(out_dir)}")

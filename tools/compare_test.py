@@ -236,6 +236,23 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.assertEqual(rows[0]["gbps_median"], 2.0)
         self.assertIn("1 flagged: preempted; not counted", compare.markdown_table(rows))
 
+    def test_the_census_runs_counts_go_beside_the_timed_medians(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        timed = [{"chapter": c, "ok": True, "gbps": 1.0, "mops": 1.0, "seconds": 1.0,
+                  "writes": 100, "post_calls": 100} for c in ("12_pin", "13_shard")]
+        census = [{"chapter": "12_pin", "ok": True, "writes": 50, "post_calls": 999,
+                   "atomic_rmw": 100, "atomic_stores": 0, "cross_thread_atomic_writes": 80},
+                  {"chapter": "13_shard", "ok": True, "writes": 50, "atomic_rmw": 0,
+                   "atomic_stores": 100, "cross_thread_atomic_writes": 0}]
+        rows = compare.summarize(timed, ["12_pin", "13_shard"], census)
+        self.assertEqual(rows[0]["atomic_rmw_per_write"], 2.0)
+        self.assertEqual(rows[0]["cross_thread_atomic_writes_per_write"], 1.6)
+        self.assertEqual(rows[0]["post_calls_per_write"], 1.0)  # the timed runs' alone
+        self.assertEqual(rows[1]["atomic_stores_per_write"], 2.0)
+        self.assertIn("| 12_pin | 2.000 | 0.000 | 1.600 |", compare.census_text(rows))
+        self.assertEqual(compare.census_text(compare.summarize(timed, ["12_pin"])), "")
+
     def test_steps_say_whether_they_are_beyond_the_noise(self):
         sys.path.insert(0, str(self.root / "tools"))
         import compare  # noqa: E402

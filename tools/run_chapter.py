@@ -21,6 +21,16 @@ It prints the server's JSON result line, or with --counters the writer
 threads' counters per WRITE instead (docs/counters.md says what
 each one counts; --json adds the line back).
 
+--atomic-census runs the chapter's census build instead
+(:server_atomic_census, harness/atomic_census.cc): the counters gain the
+atomic read-modify-writes and stores of its server.cc per WRITE, and how
+many of them wrote an atomic another thread wrote last (chapter 13's
+shared counters gone). Its rate is not the chapter's: every atomic
+operation is slowed by the count.
+
+  tools/run_chapter.py 13_shard --provider shm --gpus 2 --nics-per-gpu 1 \
+      --atomic-census --counters
+
 The processes' ids are printed as they start ("run_chapter: server pid N",
 "run_chapter: client pid N") and, with --pid-dir DIR, written to
 DIR/server.pid and DIR/client.pid: an exercise that watches or stops the
@@ -261,8 +271,8 @@ def engine_cpu_lists(free, engines):
     return ",".join(map(str, server)), ",".join(map(str, client))
 
 
-def build(chapter_list):
-    targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in ("server", "client")]
+def build(chapter_list, server="server"):
+    targets = [f"//chapters/{c}:{b}" for c in chapter_list for b in (server, "client")]
     subprocess.run(["bazel", "build", *targets, "//simnic:libsimnic-fi.so"], cwd=ROOT, check=True)
 
 
@@ -355,13 +365,17 @@ def run_once(args, chapter, echo=True):
               "--nics-per-gpu", str(args.nics_per_gpu), "--buffer-size", str(buffer_size)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        server_cmd = [binary(args, chapter, "server"), "--once", "--repeat", str(args.repeat),
+        census = getattr(args, "atomic_census", False)
+        server_cmd = [binary(args, chapter, "server_atomic_census" if census else "server"),
+                      "--once", "--repeat", str(args.repeat),
                       "--address-file", str(tmp / "address"), "--result-json",
                       str(tmp / "server.json"), *layout, *getattr(args, "server_arg", [])]
         extra_env = simnic_env(args)
         if simnic:
             extra_env["SIMNIC_REPORT"] = str(tmp / "simnic-report")
         server_env, client_env = dict(extra_env), dict(extra_env)
+        if census:
+            server_env["TUTORIAL_ATOMIC_CENSUS"] = str(tmp / "atomic-census")
         if simnic and "SIMNIC_ENGINE_CPUS" in extra_env and \
                 not os.environ.get("SIMNIC_ENGINE_CPUS"):
             # Each process's engine threads on CPUs of their own (simnic
@@ -462,6 +476,8 @@ def run_once(args, chapter, echo=True):
                                    f"{client_said or 'no output'}")
             record = json.loads((tmp / "server.json").read_text().splitlines()[-1])
             record["command"] = " ".join(["server", *server_cmd[1:]])
+            if census:
+                record.update(census_counts(tmp / "atomic-census", server.pid))
             if simnic:
                 report = tmp / "simnic-report"
                 lines = report.read_text().splitlines() if report.exists() else []
@@ -479,12 +495,30 @@ def run_once(args, chapter, echo=True):
                     p.wait()
 
 
+# What the census build's line says (harness/atomic_census.cc), and the
+# record's key for each.
+CENSUS_KEYS = {"rmw": "atomic_rmw", "stores": "atomic_stores",
+               "cross_thread_writes": "cross_thread_atomic_writes"}
+
+
+def census_counts(path, server_pid):
+    """The server's census line as record keys; {} when there is none."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    for line in lines:
+        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        if line.startswith("atomic-census ") and fields.get("pid") == str(server_pid):
+            return {key: int(fields[name]) for name, key in CENSUS_KEYS.items()
+                    if name in fields}
+    return {}
+
+
 # The server record's counters shown by --counters: (key, divided by the
 # record's `writes`?).
 COUNTERS = [("post_calls", True), ("doorbells", True), ("eagain", True), ("cq_reads", True),
             ("cq_empty_reads", True), ("cq_entries", True), ("op_allocations", True),
             ("ns_per_write_provider", False), ("ns_per_write_app", False),
-            ("longest_write_run", False), ("migrations", False), ("involuntary_switches", False)]
+            ("longest_write_run", False), ("migrations", False), ("involuntary_switches", False),
+            ("atomic_rmw", True), ("atomic_stores", True), ("cross_thread_atomic_writes", True)]
 
 
 def counters_text(record):
@@ -496,14 +530,14 @@ def counters_text(record):
              f"{record.get('doorbell_batching', '?')}"]
     for key, per_write in COUNTERS:
         if key not in record:
-            continue  # built with -DTUTORIAL_NO_COUNTERS
+            continue  # built with -DTUTORIAL_NO_COUNTERS, or not a census build
         value = record[key]
         if per_write:
             shown = f"{value / writes:.3f} per WRITE" if writes else "-"
-            lines.append(f"  {key:<22} {shown:>18}   ({value} in all)")
+            lines.append(f"  {key:<26} {shown:>18}   ({value} in all)")
         else:
-            lines.append(f"  {key:<22} {value:>18.1f}" if isinstance(value, float)
-                         else f"  {key:<22} {value:>18}")
+            lines.append(f"  {key:<26} {value:>18.1f}" if isinstance(value, float)
+                         else f"  {key:<26} {value:>18}")
     return "\n".join(lines)
 
 
@@ -517,10 +551,14 @@ def main():
     parser.add_argument("--json", action="store_true",
                         help="print the server's JSON result line (the default without "
                         "--counters)")
+    parser.add_argument("--atomic-census", action="store_true",
+                        help="run the census build of the server (:server_atomic_census): the "
+                        "counters gain its atomic operations per WRITE; its rate is not the "
+                        "chapter's")
     args = parser.parse_args()
     resolve_defaults(args)
     if not args.bin_dir and not args.no_build:
-        build([args.chapter])
+        build([args.chapter], "server_atomic_census" if args.atomic_census else "server")
     try:
         record = run_once(args, args.chapter)
     except (RuntimeError, subprocess.TimeoutExpired) as e:

@@ -1,6 +1,7 @@
 """Unit tests of tools/run_chapter.py's messages (no chapter is run)."""
 import pathlib
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -24,6 +25,24 @@ class ReasonTest(unittest.TestCase):
         self.assertEqual(run_chapter.reason(["Filled 2 buffer(s).\n", "------\n"]),
                          "Filled 2 buffer(s).")
         self.assertEqual(run_chapter.reason([]), "")
+
+
+class AtomicCensusTest(unittest.TestCase):
+    def test_the_servers_census_line_becomes_counters_per_write(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "atomic-census"
+            path.write_text("atomic-census pid=7 rmw=1 stores=0 cross_thread_writes=0 "
+                            "cross_thread_rmw=0\n"
+                            "atomic-census pid=42 rmw=200 stores=4 cross_thread_writes=150 "
+                            "cross_thread_rmw=150\n")
+            counts = run_chapter.census_counts(path, 42)
+            self.assertEqual(run_chapter.census_counts(pathlib.Path(tmp) / "none", 42), {})
+        self.assertEqual(counts, {"atomic_rmw": 200, "atomic_stores": 4,
+                                  "cross_thread_atomic_writes": 150})
+        text = run_chapter.counters_text(dict(counts, chapter="12_pin", writes=100))
+        self.assertIn("atomic_rmw", text)
+        self.assertIn("2.000 per WRITE   (200 in all)", text)
+        self.assertIn("1.500 per WRITE   (150 in all)", text)
 
 
 if __name__ == "__main__":

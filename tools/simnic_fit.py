@@ -20,7 +20,10 @@ A thread's time per WRITE of chapter c (threads / M WRITEs/s; one thread in
   groups or more), and never below what the line allows.
 
 P, D, C, E, X (the other socket's factor, f = (1 + X) / 2 for an unpinned
-thread, 1 for a pinned one) and rho = refill / gap are the frozen costs;
+thread, 1 for a pinned one), the refill R and the mean gap G between
+balancing decisions are the frozen costs; rho, the share of a balanced
+thread's time its refills take, is what simnic's scheduler makes of R and G:
+rho = R / (R + G exp(-R / G)) (scheduler_share below);
 post_over and cq_over are the machine's; `atomics` is the shared counters'
 line handoffs (2 a WRITE in 11 and 12, shared by all groups; 13's per-group
 counters share a line with up to 3 neighbours); A and the calls per WRITE
@@ -105,6 +108,22 @@ def read_primitives(text):
     raise ValueError("no simnic_primitives line")
 
 
+def scheduler_share(refill_ns, gap_ns):
+    """The share of a balanced thread's time that its refills take, under
+    simnic's scheduler (simnic/model.cc, PlaceThisThread): a decision falls
+    an exponential gap (mean G) after the previous one, drawn when that one
+    was made, and a move spins its refill R at once. A decision that falls
+    inside the refill takes effect at the thread's next call, so moves come
+    every max(gap, R) on average, R + G exp(-R / G), not every G:
+    rho = R / (R + G exp(-R / G)). (The call the refill rides on, a few
+    microseconds, is left out.)"""
+    if refill_ns <= 0:
+        return 0.0
+    if gap_ns <= 0:
+        return 1.0
+    return refill_ns / (refill_ns + gap_ns * math.exp(-refill_ns / gap_ns))
+
+
 def line_mops(gpus, nics_per_gpu, page_size, costs):
     return gpus * nics_per_gpu * costs["kLineGbps"] * 1e9 / costs["kScale"] / (8 * page_size) / 1e6
 
@@ -129,7 +148,7 @@ def predict_chapter(chapter, costs, prims, gpus, nics_per_gpu=4, page_size=256, 
     # virtual socket's cores (the server runs on one core per writer).
     socket_cores = max(1, gpus // int(costs["kNumaNodes"]))
     if chapter == "11_multithread" and gpus > socket_cores:
-        ns /= 1 - costs["kRefillNs"] / (costs["kMigrateUs"] * 1000)
+        ns /= 1 - scheduler_share(costs["kRefillNs"], costs["kMigrateUs"] * 1000)
     us = ns / 1000
     line = line_mops(gpus, nics_per_gpu, page_size, costs)
     at_line = threads / us > line
@@ -162,7 +181,8 @@ def parse_model(line):
     every, refill, socket_cores = (float(g) for g in m.groups()[6:])
     return {"post_ns": p, "doorbell_ns": d, "cq_poll_ns": c, "cq_entry_ns": e,
             "remote_factor": x, "post_remote": bool(m[6]),
-            "rho": min(0.9, refill / (every * 1000)), "socket_cores": int(socket_cores)}
+            "rho": min(0.9, scheduler_share(refill, every * 1000)),
+            "socket_cores": int(socket_cores)}
 
 
 def charged_ns(pt, theta):
@@ -242,7 +262,25 @@ LESSONS = {  # the steps each page size is judged on
 }
 
 
-def ladder_rows(folders):
+def prediction_errors(data, again=False):
+    """{chapter: predicted / measured median - 1} of a compare.py folder: the
+    predictions recorded before its runs or, with `again`, today's model
+    applied to the primitives and layout it recorded (an after-the-fact
+    check of the model, not a prediction)."""
+    if not again:
+        return {r["chapter"]: r["prediction_error"] for r in data["rows"]
+                if r.get("prediction_error") is not None}
+    meta = data["meta"]
+    prims, s = meta.get("primitives"), meta["settings"]
+    if not prims:
+        return {}
+    measured = {r["chapter"]: r["mops_median"] for r in data["rows"] if r.get("mops_median")}
+    pred = predict_ladder(list(measured), prims, s["gpus"], s.get("nics_per_gpu", 4),
+                          s["page_size"], s.get("pages", 1000), s.get("repeat", 200))
+    return {c: p["mops"] / measured[c] - 1 for c, p in pred.items()}
+
+
+def ladder_rows(folders, again=False):
     """One row per recorded folder: its CPUs, layout and page, each lesson's
     step (ratio, uncertainty, verdict as compare.py judged it) and the
     prediction's largest error."""
@@ -258,8 +296,7 @@ def ladder_rows(folders):
                 noise = r.get("step_noise")
                 steps.append(f"{before[:2]}->{after[:2]} x{r['step']:.3f}"
                              f"{'' if noise is None else f' ±{noise:.3f}'} {r['step_verdict']}")
-        errors = [r["prediction_error"] for r in data["rows"] if r.get("prediction_error")
-                  is not None]
+        errors = list(prediction_errors(data, again).values())
         worst = max(errors, key=abs) if errors else None
         rows.append({"folder": pathlib.Path(folder).name, "cpus": meta["machine"]["cpus"],
                      "layout": f"{s['gpus']}x{s['nics_per_gpu']}", "page": s["page_size"],
@@ -268,26 +305,27 @@ def ladder_rows(folders):
     return rows
 
 
-def print_ladder(folders):
+def print_ladder(folders, again=False):
     print("| folder (SIMULATED) | CPUs | layout | page | lessons' steps (x rate, ± noise) | "
           "predictions within 15% | worst prediction error |")
     print("|---|---:|---|---:|---|---:|---:|")
-    for r in sorted(ladder_rows(folders), key=lambda r: (r["page"], r["cpus"], r["folder"])):
+    rows = ladder_rows(folders, again)
+    for r in sorted(rows, key=lambda r: (r["page"], r["cpus"], r["folder"])):
         worst = "-" if r["worst"] is None else f"{100 * r['worst']:+.1f}%"
         print(f"| {r['folder']} | {r['cpus']} | {r['layout']} | {r['page']} B | "
               f"{'; '.join(r['steps'])} | {r['within']} of {r['predicted']} | {worst} |")
 
 
-def print_errors(folders):
+def print_errors(folders, again=False):
     """One row per chapter and page: how far the predictions made before
-    the runs fell from the measured medians, over the folders."""
+    the runs (or, `again`, today's model on their primitives) fell from the
+    measured medians, over the folders."""
     errors = {}
     for folder in folders:
         data = json.loads((pathlib.Path(folder) / "results.json").read_text())
         page = data["meta"]["settings"]["page_size"]
-        for r in data["rows"]:
-            if r.get("prediction_error") is not None:
-                errors.setdefault((page, r["chapter"]), []).append(r["prediction_error"])
+        for chapter, error in prediction_errors(data, again).items():
+            errors.setdefault((page, chapter), []).append(error)
     print("| chapter | page | folders | predicted / measured - 1 | within 15% |")
     print("|---|---:|---:|---:|---:|")
     for (page, chapter), e in sorted(errors.items()):
@@ -322,6 +360,10 @@ def main():
     parser.add_argument("--ladder", action="store_true",
                         help="one row per folder: the lessons' steps with their noise and "
                         "the predictions' errors, as compare.py recorded them")
+    parser.add_argument("--again", action="store_true",
+                        help="with --errors or --ladder: today's model on each folder's "
+                        "recorded primitives and layout instead of the predictions recorded "
+                        "before its runs (a check after the fact, not a prediction)")
     parser.add_argument("--predict", action="store_true",
                         help="predict each chapter's rate from the frozen costs and --primitives")
     parser.add_argument("--primitives", type=pathlib.Path,
@@ -346,10 +388,10 @@ def main():
     if not args.folders:
         parser.error("give folders to refit, or --predict")
     if args.ladder:
-        print_ladder(args.folders)
+        print_ladder(args.folders, args.again)
         return 0
     if args.errors:
-        print_errors(args.folders)
+        print_errors(args.folders, args.again)
         return 0
     pts = []
     for folder in args.folders:

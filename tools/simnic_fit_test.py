@@ -6,6 +6,7 @@ The folder here is made up (a unit test of the script's arithmetic, not a
 recording)."""
 import json
 import pathlib
+import random
 import subprocess
 import sys
 import tempfile
@@ -85,8 +86,58 @@ class SimnicFitTest(unittest.TestCase):
         ns = (prof["app_ns"] + c["kPostNs"] + 10 + c["kDoorbellNs"] +
               prof["cq_reads"] * (c["kCqPollNs"] + 20) + c["kCqEntryNs"] + 2 * 100 * 1 / 2)
         self.assertIn(f"| 12_pin | {2 / (ns / 1000):.3f} | {ns / 1000:.2f} | its CPU |", out)
-        # 11: both threads unpinned and balanced (two busy threads, one core a socket).
-        self.assertIn("| 11_multithread |", out)
+        # 11: both threads unpinned (f = 2 on the doorbell and the entry) and
+        # balanced (two busy threads, one core a socket): stretched by the
+        # share of their time the refills take.
+        prof = simnic_fit.PROFILE["11_multithread"]
+        share = simnic_fit.scheduler_share(c["kRefillNs"], c["kMigrateUs"] * 1000)
+        ns = (prof["app_ns"] + c["kPostNs"] + 10 + 2 * c["kDoorbellNs"] +
+              prof["cq_reads"] * (c["kCqPollNs"] + 20) + 2 * c["kCqEntryNs"] + 2 * 100 / 2)
+        us = ns / (1 - share) / 1000
+        self.assertIn(f"| 11_multithread | {2 / us:.3f} | {us:.2f} | its CPU |", out)
+
+    def test_errors_again_applies_todays_model_to_recorded_primitives(self):
+        sys.path.insert(0, str(TOOL.parent))
+        import simnic_fit
+        prims = {"post_over_ns": 10, "cq_read_over_ns": 20, "line_ns": 100}
+        settings = {"gpus": 2, "nics_per_gpu": 4, "page_size": 256, "pages": 1000, "repeat": 200}
+        today = simnic_fit.predict_ladder(["11_multithread"], prims, 2)["11_multithread"]["mops"]
+        folder = pathlib.Path(self.dir.name) / "recorded"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({
+            "meta": {"settings": settings, "primitives": prims},
+            "rows": [{"chapter": "11_multithread", "mops_median": today / 1.05,
+                      "prediction_error": -0.25}]}))
+        self.assertIn("| 11_multithread | 256 B | 1 | -25% to -25% | 0 of 1 |",
+                      self.run_tool("--errors", folders=[folder]))
+        self.assertIn("| 11_multithread | 256 B | 1 | +5% to +5% | 1 of 1 |",
+                      self.run_tool("--errors", "--again", folders=[folder]))
+
+    def test_scheduler_share_is_what_simnics_balancer_does(self):
+        # simnic/model.cc's PlaceThisThread, for one busy thread the
+        # balancer keeps moving, at each call's start: past the decision
+        # time, a move (its refill spun inside the call) and the next
+        # decision drawn an exponential gap after this call's start. Calls
+        # of 3 us over 4 s simulated; the seed keeps it the same every run.
+        sys.path.insert(0, str(TOOL.parent))
+        import simnic_fit
+        refill, gap = 276949, 400000
+        rng = random.Random(38)
+        now = refilled = next_move = 0
+        while now < 4_000_000_000:
+            charged = 3000
+            if next_move and now >= next_move:
+                charged += refill
+                refilled += refill
+            if not next_move or now >= next_move:
+                next_move = now + int(rng.expovariate(1 / gap))
+            now += charged
+        share = simnic_fit.scheduler_share(refill, gap)
+        self.assertAlmostEqual(refilled / now, share, delta=0.02)
+        # Not refill / gap: a decision that falls inside a refill waits for
+        # the next call, so moves come less often than every gap.
+        self.assertGreater(refill / gap - share, 0.1)
+        self.assertEqual(simnic_fit.scheduler_share(0, gap), 0)
 
 
 if __name__ == "__main__":
