@@ -32,7 +32,8 @@ def check(root):
 def copy_tree(tmp):
     """The parts of the checkout the pages are made from, in tmp."""
     copy = pathlib.Path(tmp)
-    for part in ("chapters", "common", "docs", "maint", "results", "simnic", "tests", "tools"):
+    for part in ("chapters", "common", "docs", "harness", "maint", "results", "simnic", "tests",
+                 "tools"):
         shutil.copytree(source_root() / part, copy / part,
                         ignore=shutil.ignore_patterns("*.png"))
     return copy
@@ -247,6 +248,36 @@ class DocsCheckTest(unittest.TestCase):
             result = check(copy)
             self.assertEqual(result.returncode, 1, result.stdout)
             self.assertIn("docs/16_thread_domain.md: types '240 ns'", result.stdout)
+
+    def test_check_catches_a_typed_constant_of_the_code_or_the_series(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "docs" / "workshop.md"
+            original = page.read_text()
+            typed = ("\nOne thread for 32 NICs, 16 WRITEs per visit, 4 NICs per GPU; "
+                     "see chapter 12, exercise 12.1 and section 4.\n")
+            page.write_text(original + typed)
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("docs/workshop.md: types '32 NICs'", result.stdout)
+            self.assertIn("<!-- value:begin series.nics -->32<!-- value:end -->", result.stdout)
+            self.assertIn("docs/workshop.md: types '16 WRITEs per visit'", result.stdout)
+            self.assertIn("docs/workshop.md: types '4 NICs per GPU'", result.stdout)
+            # Chapter, exercise and section numbers are no constants.
+            self.assertNotIn("'12", result.stdout)
+            self.assertNotIn("types '4'", result.stdout)
+            # The same numbers from markers pass.
+            page.write_text(original + (
+                "\nOne thread for <!-- value:begin series.nics -->32<!-- value:end --> NICs, "
+                '<!-- value:begin code("chapters/14_batch/server.cc", "kBatchSize") -->16'
+                "<!-- value:end --> WRITEs per visit, <!-- value:begin series.nics_per_gpu -->4"
+                "<!-- value:end --> NICs per GPU; see chapter 12, exercise 12.1 and section 4.\n"))
+            result = check(copy)
+            self.assertEqual(result.returncode, 0, result.stdout)
+            # A number inside code or a command is not prose.
+            page.write_text(original + "\nRun `--nics-per-gpu 4`; it prints `32 NICs`.\n")
+            result = check(copy)
+            self.assertEqual(result.returncode, 0, result.stdout)
 
     def test_check_names_a_constant_that_is_gone(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -50,9 +50,20 @@ hand:
                                      (a tool's constant), `code("chapters/14_batch/
                                      server.cc", "kBatchSize")` (a C++ constant),
                                      `count(FILE, REGEX)` (matching lines),
-                                     `series.gbps("12_pin")`, `rec(FOLDER,
-                                     CHAPTER, COLUMN)`; arithmetic allowed,
-                                     `EXPR | FORMAT` formats (`.1f`, `,.0f`)
+                                     `literal(FILE, REGEX)` (the number its
+                                     group finds: a literal without a name),
+                                     `series.gbps("12_pin")`, the series' p5
+                                     (`series.gpus`, `series.nics`,
+                                     `series.nics_per_gpu`, `series.nic_gbps`,
+                                     `series.cores_per_gpu`), the short run of
+                                     "What you should see" (`capture.gpus`,
+                                     `capture.nics_per_gpu`, `capture.writes`,
+                                     maint/capture_output.py's flags),
+                                     `rec(FOLDER, CHAPTER, COLUMN)` (with
+                                     `memory="host"` and the like where a
+                                     folder holds several tables);
+                                     arithmetic allowed, `EXPR | FORMAT`
+                                     formats (`.1f`, `,.0f`)
 
   python3 maint/docs_diff.py --write   # update the pages
   python3 maint/docs_diff.py --check   # exit 1 and list the stale pages
@@ -67,9 +78,13 @@ today's rule; re-record the folder (`tools/compare.py ... --record`) or
 drop the quote. The generated counter tables leave such recordings out and
 say so.
 
---check also fails when a chapter page types a number with a unit (ns, us,
-Gbps, Mops/s, %) in its prose instead of generating it with a value marker:
-a typed cost or rate goes stale the day the code or the model changes.
+--check also fails when a chapter page (or 00_concepts.md, README.md) types
+a number with a unit (ns, us, Gbps, Mops/s, %) in its prose instead of
+generating it with a value marker: a typed cost or rate goes stale the day
+the code or the model changes. And when any page of docs/ types a number
+that a constant of the code or of the series gives next to a word that
+names it ("32 NICs", "16 WRITEs per visit", "4 NICs per GPU":
+NAMED_CONSTANTS below lists them); the message gives the marker to write.
 
 `bazel test //docs:docs_check_test` runs --check (part of `bazel test //...`).
 """
@@ -461,7 +476,7 @@ def render_results_chapter(repo, chapter, prefix):
              "M WRITEs/s | vs previous chapter |", "|---|---|---|---:|---:|---:|"]
     if chapter in series.CHAPTERS:
         lines.append(f"| the series on its p5 (measured) | {series.SERIES_SHORT} | efa, CUDA, "
-                     f"8 x 4, 64 KiB | {series.series_gbps(chapter):.3f} | "
+                     f"{P5_LAYOUT} | {series.series_gbps(chapter):.3f} | "
                      f"{series.series_mops(chapter):.3f} | "
                      f"{_change(_series_change(chapter))} |")
     else:
@@ -491,6 +506,10 @@ def render_results_chapter(repo, chapter, prefix):
             f"[counters]({counters}#{chapter}).\n")
 
 
+P5_LAYOUT = (f"{series.P5_GPUS} x {series.P5_NICS_PER_GPU}, "
+             f"{series.SERIES_PAGE_SIZE // 1024} KiB")
+
+
 def render_results_all(repo, prefix):
     """One row per recording, one column per chapter: median Gbps."""
     chapters = repo.chapters()
@@ -509,7 +528,7 @@ def render_results_all(repo, prefix):
     cells = [f"{series.series_gbps(c):.3f} ({100 * series.series_share(c):.1f}%)"
              if c in series.CHAPTERS else "" for c in chapters]
     lines.append(f"| {series.SERIES_SHORT} (the series' own numbers, share of 3200 Gbps) | "
-                 "efa, CUDA | 8 x 4, 64 KiB | " + " | ".join(cells) + " |")
+                 f"efa, CUDA | {P5_LAYOUT} | " + " | ".join(cells) + " |")
     sims = [rec for rec in repo.result_sets() if rec["simulated"]]
     if sims:  # the simulated NIC's ladder: a table of its own, labelled
         lines += ["", "Simulated, not measured on a NIC (`simnic`), median Gbps (simulated):",
@@ -607,12 +626,43 @@ def code_count(root, rel, pattern):
                if not re.match(r"\s*//", line) and re.search(pattern, line))
 
 
+def capture_flags(root):
+    """The numeric flags of maint/capture_output.py's short run (`--gpus 1`
+    as capture.gpus), and the WRITEs it makes (capture.writes)."""
+    text = (pathlib.Path(root) / "maint" / "capture_output.py").read_text()
+    flags = {m.group(1).replace("-", "_"): _number(m.group(2))
+             for m in re.finditer(r'"--([a-z-]+)",\s*"(\d+)"', text)}
+    if {"gpus", "pages", "repeat"} <= set(flags):
+        buffers = code_constant(root, "common/*.h", "kBuffersPerGpu")
+        flags["writes"] = flags["gpus"] * buffers * flags["pages"] * flags["repeat"]
+    return flags
+
+
+def code_literal(root, rel, pattern):
+    """The number a regular expression's first group finds in a file (or
+    the files a glob names), comment lines left out: a literal the code
+    does not name (`% (\\d+) == 0`). Every match must give the same."""
+    paths = sorted(pathlib.Path(root).glob(rel))
+    if not paths:
+        raise BlockError(f"no file {rel}")
+    values = {_number(m.group(1)) for path in paths for line in path.read_text().splitlines()
+              if not re.match(r"\s*//", line) for m in re.finditer(pattern, line)}
+    if len(values) != 1:
+        raise BlockError(f"{rel} has " + ("no match" if not values else
+                                           f"the values {sorted(values)}") + f" for {pattern}")
+    return values.pop()
+
+
 def value_names(repo):
     """What a value marker may name (each read once per Repo)."""
     if not hasattr(repo, "_value_names"):
-        def rec(folder, chapter, column):
+        def rec(folder, chapter, column, **match):
+            """A recording's number; `memory="host"`, `page_size="65536"`
+            pick one of a folder's tables where it has several."""
             for r in repo.result_sets():
-                if r["folder"] == folder:
+                first = next(iter(r["rows"].values()))
+                if r["folder"] == folder and all(str(first.get(k)) == str(v)
+                                                 for k, v in match.items()):
                     v = _f(r["rows"].get(chapter), column)
                     if v is None:
                         raise BlockError(f"results/{folder} has no {column} for {chapter}")
@@ -626,10 +676,17 @@ def value_names(repo):
             "compare": _Fields("tools/compare.py", tool_constants(repo.root, "compare")),
             "code": lambda rel, name: code_constant(repo.root, rel, name),
             "count": lambda rel, pattern: code_count(repo.root, rel, pattern),
+            "literal": lambda rel, pattern: code_literal(repo.root, rel, pattern),
             "series": _Fields("tools/series.py", {
                 "gbps": series.series_gbps, "mops": series.series_mops,
                 "share": lambda c: 100 * series.series_share(c),
-                "link_gbps": series.SERIES_LINK_GBPS, "quote": series.QUOTES.get}),
+                "link_gbps": series.SERIES_LINK_GBPS, "quote": series.QUOTES.get,
+                "gpus": series.P5_GPUS, "nics": series.P5_NICS,
+                "nics_per_gpu": series.P5_NICS_PER_GPU, "nic_gbps": series.P5_NIC_GBPS,
+                "cores_per_gpu": series.P5_CORES_PER_GPU,
+                "page_size": series.SERIES_PAGE_SIZE, "pages": series.SERIES_PAGES,
+                "repeat": series.SERIES_REPEAT}),
+            "capture": _Fields("maint/capture_output.py", capture_flags(repo.root)),
             "rec": rec, "round": round, "min": min, "max": max, "abs": abs, "int": int,
             "str": str, "range": range,
         }
@@ -659,12 +716,18 @@ TYPED = re.compile(r"(?<![\w.-])\d[\d,.]*(?:\s*-\s*\d[\d,.]*)?\s*"
                    r"(?:ns|us|µs|Gbps|Mops/s|M WRITEs/s|%)(?![\w/])")
 
 
+# Pages besides the chapters' that hold no typed number with a unit.
+TYPED_ALSO = ("docs/00_concepts.md", "docs/README.md")
+
+
 def typed_numbers(repo, page, text):
-    """Numbers with a unit typed into a chapter page, outside the generated
-    blocks, value markers, code and the series' title: each goes stale when
-    the code, the model or a recording changes."""
-    if not re.match(r"\d\d_", page.name) or not (repo.root / "chapters" / page.stem).is_dir():
-        return []  # a chapter's page only
+    """Numbers with a unit typed into a chapter page (or a page of
+    TYPED_ALSO), outside the generated blocks, value markers, code and the
+    series' title: each goes stale when the code, the model or a recording
+    changes."""
+    chapter_page = re.match(r"\d\d_", page.name) and (repo.root / "chapters" / page.stem).is_dir()
+    if not chapter_page and page.as_posix() not in TYPED_ALSO:
+        return []  # a chapter's page, or one a learner reads before them
     prose = BLOCK.sub("", text)
     prose = VALUE.sub("", prose)
     prose = re.sub(r"```.*?```", "", prose, flags=re.S)
@@ -676,6 +739,65 @@ def typed_numbers(repo, page, text):
             problems.append(f"{page}: types '{m.group(0)}' (in '{line.strip()[:60]}'): generate "
                             "it with <!-- value:begin EXPR --> ... <!-- value:end --> "
                             "(maint/docs_diff.py says what EXPR may name)")
+    return problems
+
+
+# Numbers the code or the series fixes, each with the words a page names it
+# by: a page that types "32 NICs" or "16 WRITEs per visit" instead of a
+# value marker goes stale the day the constant changes. (EXPR, words just
+# before the number or "", words just after it); the number must stand
+# alone, so chapter and section numbers ("chapter 12", "12.1", "12_pin")
+# never match.
+NAMED_CONSTANTS = [
+    ("series.gpus", "", r"(?:H100s?|GPUs|groups)\b"),
+    ("series.nics", "", r"(?:EFA )?(?:NICs|endpoints)\b|on (?:a|the|each) p5\b"),
+    ("series.nics_per_gpu", "", r"EFA NICs\b|NICs (?:per|of each|of a|on each) GPU\b"),
+    ("series.nic_gbps", "", r"Gbps\b"),
+    ("series.cores_per_gpu", "", r"cores\b(?!\s+\d)"),  # not "on 12 cores 7 x 4"
+    ("series.link_gbps | .0f", "", r"Gbps\b"),
+    ("run_chapter.SIMNIC_NICS_PER_GPU", "", r"NICs per GPU\b"),
+    ('code("chapters/14_batch/server.cc", "kBatchSize")', "", r"WRITEs (?:per|a|each) visit\b"),
+    ('code("chapters/14_batch/server.cc", "kMaxPendingWrites")', "", r"(?:queued )?WRITEs\b|waiting\b"),
+    ('code("common/network.h", "kCqReadCount")', "", r"(?:completion )?entries\b"),
+    ('code("common/*.h", "kBuffersPerGpu")', "", r"buffers per GPU\b"),
+    # the short run of "What you should see": "1 group x 2 NICs", "1000 WRITEs"
+    ("capture.gpus", "", r"groups? x\b"),
+    ("capture.nics_per_gpu", "group x ", r"NICs\b"),
+    ("capture.writes", "", r"WRITEs\b"),
+]
+
+
+def _prose(text):
+    """A page without what may hold numbers legitimately: generated blocks,
+    value markers, code, link targets and comments."""
+    prose = BLOCK.sub("", text)
+    prose = VALUE.sub("", prose)
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    prose = re.sub(r"\]\([^)\s]*\)", "]", prose)
+    return re.sub(r"<!--.*?-->", "", prose, flags=re.S)
+
+
+def named_constants(repo, page, text):
+    """A number a page types where a constant of the code or of the series
+    gives it, next to a word that names that constant ("32 NICs")."""
+    known = []
+    for expr, before, after in NAMED_CONSTANTS:
+        value = render_value(repo, expr)
+        pattern = re.compile((f"(?<={before})" if before else r"(?<![\w.,/-])")
+                             + re.escape(value) + r"\s+(?:" + after + ")")
+        known.append((expr, value, pattern))
+    problems = []
+    # Indented blocks (what a program prints) left out; a paragraph as one
+    # line, so that "16\nWRITEs" is found too.
+    kept = [ln for ln in _prose(text).splitlines() if not ln.startswith(("    ", "\t"))]
+    for line in re.split(r"\n\s*\n", "\n".join(kept)):
+        line = re.sub(r"\s*\n\s*", " ", line)
+        for expr, value, pattern in known:
+            for m in pattern.finditer(line):
+                problems.append(f"{page}: types '{m.group(0)}' (in '{line.strip()[:60]}'), "
+                                f"a number the code gives: write <!-- value:begin {expr} -->"
+                                f"{value}<!-- value:end -->")
     return problems
 
 
@@ -792,6 +914,8 @@ def main():
             continue
         broken += stale_counter_quotes(repo, rel, new)
         broken += typed_numbers(repo, rel, new)
+        if rel.parts[0] == "docs":
+            broken += named_constants(repo, rel, new)
         if new == old:
             continue
         if args.write:

@@ -86,7 +86,9 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         self.root = pathlib.Path(self.tmp.name) / "checkout"
         src = source_root()
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        for part in ("chapters", "common", "docs", "maint", "results", "simnic", "tests", "tools"):
+        # What maint/docs_diff.py reads (the pages' values read harness/ too).
+        for part in ("chapters", "common", "docs", "harness", "maint", "results", "simnic",
+                     "tests", "tools"):
             shutil.copytree(src / part, self.root / part, ignore=ignore)
         shutil.copy2(src / ".gitignore", self.root / ".gitignore")
         git(self.root, "init", "-q")

@@ -10,8 +10,18 @@ pages, 2000 repeats, 2 buffers per GPU), as the series' chapters report them
 SERIES_SOURCE = ('the blog series "Harnessing 3200Gbps Network" (abcdabcd987), '
                  "chapters 9-15, recorded on an AWS p5.48xlarge")
 SERIES_SHORT = "series, p5"
-SERIES_LINK_GBPS = 3200.0  # 32 EFA NICs x 100 Gbps
+
+# The series' machine, an AWS p5.48xlarge: the pages read these rather than
+# typing them (maint/docs_diff.py's `series.gpus`, `series.nics`, ...).
+P5_GPUS = 8  # H100
+P5_NICS_PER_GPU = 4  # EFA NICs on a GPU's PCIe switches
+P5_NICS = P5_GPUS * P5_NICS_PER_GPU
+P5_NIC_GBPS = 100
+P5_CORES_PER_GPU = 12  # 96 cores in 2 sockets, 4 GPUs per socket
+SERIES_LINK_GBPS = float(P5_NICS * P5_NIC_GBPS)
 SERIES_PAGE_SIZE = 65536
+SERIES_PAGES = 1000  # pages per client buffer in the series' default request
+SERIES_REPEAT = 2000  # times the series' server writes every page
 
 # chapter folder -> (idea in a few words, Gbps the series recorded, Mops/s it
 # recorded), both from the example run in the header of each of its files
