@@ -207,6 +207,8 @@ constexpr double kNoticeSeconds = 10.0;
 constexpr double kRejectSeconds = 2.0;
 constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
 constexpr char kTurnedAway[] = "too many messages waiting at its front door";
+constexpr char kNotKept[] =
+    "no CONNECT of this session waiting (not kept, or lost): send both again";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -363,7 +365,8 @@ class RandomFillServer {
           SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
           return;
         }
-        throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+        AnswerUnpairedFill(session, what);
+        return;
       }
       if (header.type == MessageType::kCancel) {
         DecodeCancel(message.data(), message.size());
@@ -385,6 +388,22 @@ class RandomFillServer {
     } catch (const ProtocolError& e) {
       Dropped(e.what());
     }
+  }
+
+  // A RANDOM_FILL that neither a kept CONNECT nor a debt (OwedFills) of
+  // its session awaits. The server keeps a bounded number of both, so a
+  // flood can push out a good client's (a CONNECT turned away, a debt of a
+  // client told BUSY), and a rebuilt front door loses what the provider
+  // held: the sender hears BUSY and sends both messages again, rather than
+  // a REJECT that would end a client the server merely forgot. A peer that
+  // sends only RANDOM_FILLs hears BUSY until its own timeout.
+  void AnswerUnpairedFill(const Session& session, const std::string& why) {
+    std::string note = "; no reply sent: one went to its address within 100 ms";
+    if (busy_limiter_.Allow(session.address, Clock::now())) {
+      note = SendReply(session, Encode(BusyMessage{why}, Session{session.nonce, {}}));
+      if (note.empty()) note = "; told it BUSY";
+    }
+    Dropped("RANDOM_FILL before CONNECT (no CONNECT of its session)" + note);
   }
 
   // ALIVE, at most once per address and 500 ms (a client PROBEs every 2 s):
@@ -518,7 +537,10 @@ class RandomFillServer {
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
       if (!connect && owed_fills_.Take(session, taken_arrived_))
         return std::nullopt;  // its CONNECT heard BUSY
-      if (!connect) throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+      if (!connect) {
+        AnswerUnpairedFill(session, kNotKept);
+        return std::nullopt;
+      }
       CheckRequestFits(request, *connect, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
       std::vector<fi_addr_t> peers = AddClientPeers(*connect);
