@@ -212,6 +212,11 @@ constexpr char kNotKept[] =
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
+// After a flood (more messages turned away than the mailbox holds) and this
+// long without any message, the front door is rebuilt: what the provider
+// took in during the flood (ofi_rxm over tcp on 1.x grows its pools by
+// hundreds of MB and keeps them) goes back with the old endpoint.
+constexpr double kFloodOverSeconds = 0.5;
 
 std::string ClientCommand(const std::string& chapter, const ServerOptions& o, const Node& node,
                           const std::string& address_hex) {
@@ -294,6 +299,7 @@ class RandomFillServer {
       } else if (++idle_polls > kBusyIdlePolls) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         sweeper_.Sweep();  // after a poll: every name sent to us was taken
+        RebuildAfterFlood();
       }
       CollectReplies();
       drop_log_.Flush();
@@ -322,6 +328,25 @@ class RandomFillServer {
   }
 
  private:
+  // See kFloodOverSeconds. Only where the rebuilt front door keeps its
+  // address (tcp: clients need not learn a new one), between clients, with
+  // the mailbox empty and no reply in flight. A message that arrives in
+  // the moment of the rebuild is lost with the old endpoint.
+  void RebuildAfterFlood() {
+    if (!KeepsAddressOnRebuild(node_.fabric().provider)) return;
+    size_t turned_away = turned_away_.load();
+    if (turned_away < turned_away_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;
+    auto quiet = Clock::now() - last_message_at_.load();
+    if (quiet < std::chrono::duration<double>(kFloodOverSeconds)) return;
+    for (const ReplySlot& reply : replies_) {
+      if (reply.state != ReplySlot::kFree) return;
+    }
+    turned_away_at_rebuild_ = turned_away;
+    Recovery::WantReset(front_door_);
+    std::string note = Recover(/*always=*/false);
+    std::fprintf(stderr, "server: a flood at the front door is over%s\n", note.c_str());
+  }
+
   void AnnounceAddress() {
     std::string address = ToHex(front_door_.address());
     std::printf("Server address: %s\n", address.c_str());
@@ -462,6 +487,7 @@ class RandomFillServer {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
     front_door_.PostRecv(
         buf, kMaxMessageSize, receive_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
+          last_message_at_ = Clock::now();
           if (op.ok()) {
             const auto* data = reinterpret_cast<const uint8_t*>(buf);
             FairMailbox::Message message{std::vector<uint8_t>(data, data + op.received),
@@ -1142,6 +1168,8 @@ class RandomFillServer {
   size_t failed_ = 0;
   std::atomic<size_t> dropped_{0};
   std::atomic<size_t> turned_away_{0};
+  size_t turned_away_at_rebuild_ = 0;                 // RebuildAfterFlood
+  std::atomic<Clock::time_point> last_message_at_{};  // any completion of a receive
   StaleFileSweeper sweeper_{front_door_};
   std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses
 };
