@@ -207,9 +207,16 @@ constexpr double kNoticeSeconds = 10.0;
 constexpr double kRejectSeconds = 2.0;
 constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
 constexpr char kTurnedAway[] = "too many messages waiting at its front door";
+constexpr char kNotKept[] =
+    "no CONNECT of this session waiting (not kept, or lost): send both again";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
+// After a flood (more messages turned away than the mailbox holds) and this
+// long without any message, the front door is rebuilt: what the provider
+// took in during the flood (ofi_rxm over tcp on 1.x grows its pools by
+// hundreds of MB and keeps them) goes back with the old endpoint.
+constexpr double kFloodOverSeconds = 0.5;
 
 std::string ClientCommand(const std::string& chapter, const ServerOptions& o, const Node& node,
                           const std::string& address_hex) {
@@ -292,6 +299,7 @@ class RandomFillServer {
       } else if (++idle_polls > kBusyIdlePolls) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         sweeper_.Sweep();  // after a poll: every name sent to us was taken
+        RebuildAfterFlood();
       }
       CollectReplies();
       drop_log_.Flush();
@@ -320,6 +328,25 @@ class RandomFillServer {
   }
 
  private:
+  // See kFloodOverSeconds. Only where the rebuilt front door keeps its
+  // address (tcp: clients need not learn a new one), between clients, with
+  // the mailbox empty and no reply in flight. A message that arrives in
+  // the moment of the rebuild is lost with the old endpoint.
+  void RebuildAfterFlood() {
+    if (!KeepsAddressOnRebuild(node_.fabric().provider)) return;
+    size_t turned_away = turned_away_.load();
+    if (turned_away < turned_away_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;
+    auto quiet = Clock::now() - last_message_at_.load();
+    if (quiet < std::chrono::duration<double>(kFloodOverSeconds)) return;
+    for (const ReplySlot& reply : replies_) {
+      if (reply.state != ReplySlot::kFree) return;
+    }
+    turned_away_at_rebuild_ = turned_away;
+    Recovery::WantReset(front_door_);
+    std::string note = Recover(/*always=*/false);
+    std::fprintf(stderr, "server: a flood at the front door is over%s\n", note.c_str());
+  }
+
   void AnnounceAddress() {
     std::string address = ToHex(front_door_.address());
     std::printf("Server address: %s\n", address.c_str());
@@ -363,7 +390,8 @@ class RandomFillServer {
           SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
           return;
         }
-        throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+        AnswerUnpairedFill(session, what);
+        return;
       }
       if (header.type == MessageType::kCancel) {
         DecodeCancel(message.data(), message.size());
@@ -385,6 +413,22 @@ class RandomFillServer {
     } catch (const ProtocolError& e) {
       Dropped(e.what());
     }
+  }
+
+  // A RANDOM_FILL that neither a kept CONNECT nor a debt (OwedFills) of
+  // its session awaits. The server keeps a bounded number of both, so a
+  // flood can push out a good client's (a CONNECT turned away, a debt of a
+  // client told BUSY), and a rebuilt front door loses what the provider
+  // held: the sender hears BUSY and sends both messages again, rather than
+  // a REJECT that would end a client the server merely forgot. A peer that
+  // sends only RANDOM_FILLs hears BUSY until its own timeout.
+  void AnswerUnpairedFill(const Session& session, const std::string& why) {
+    std::string note = "; no reply sent: one went to its address within 100 ms";
+    if (busy_limiter_.Allow(session.address, Clock::now())) {
+      note = SendReply(session, Encode(BusyMessage{why}, Session{session.nonce, {}}));
+      if (note.empty()) note = "; told it BUSY";
+    }
+    Dropped("RANDOM_FILL before CONNECT (no CONNECT of its session)" + note);
   }
 
   // ALIVE, at most once per address and 500 ms (a client PROBEs every 2 s):
@@ -443,6 +487,7 @@ class RandomFillServer {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
     front_door_.PostRecv(
         buf, kMaxMessageSize, receive_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
+          last_message_at_ = Clock::now();
           if (op.ok()) {
             const auto* data = reinterpret_cast<const uint8_t*>(buf);
             FairMailbox::Message message{std::vector<uint8_t>(data, data + op.received),
@@ -518,7 +563,10 @@ class RandomFillServer {
       RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
       if (!connect && owed_fills_.Take(session, taken_arrived_))
         return std::nullopt;  // its CONNECT heard BUSY
-      if (!connect) throw ProtocolError("RANDOM_FILL before CONNECT (no CONNECT of its session)");
+      if (!connect) {
+        AnswerUnpairedFill(session, kNotKept);
+        return std::nullopt;
+      }
       CheckRequestFits(request, *connect, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
       std::vector<fi_addr_t> peers = AddClientPeers(*connect);
@@ -1120,6 +1168,8 @@ class RandomFillServer {
   size_t failed_ = 0;
   std::atomic<size_t> dropped_{0};
   std::atomic<size_t> turned_away_{0};
+  size_t turned_away_at_rebuild_ = 0;                 // RebuildAfterFlood
+  std::atomic<Clock::time_point> last_message_at_{};  // any completion of a receive
   StaleFileSweeper sweeper_{front_door_};
   std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses
 };

@@ -273,22 +273,38 @@ BusyAnswerer::~BusyAnswerer() {
   thread_.join();
 }
 
+OwedFills::Owed::iterator OwedFills::Erase(Owed::iterator it) {
+  auto count = per_address_.find(it->second.address);
+  if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
+  return owed_.erase(it);
+}
+
 void OwedFills::Expire(TimePoint arrived) {
   while (!owed_.empty() &&
          arrived - owed_.front().first > std::chrono::duration<double>(kOwedSeconds))
-    owed_.pop_front();
+    Erase(owed_.begin());
 }
 
 void OwedFills::Add(const Session& session) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = owed_.begin(); it != owed_.end(); ++it) {
     if (it->second == session) {
-      owed_.erase(it);
+      Erase(it);
       break;
     }
   }
+  auto count = per_address_.find(session.address);
+  if (count != per_address_.end() && count->second >= kMaxOwedPerAddress) {
+    for (auto it = owed_.begin(); it != owed_.end(); ++it) {
+      if (it->second.address == session.address) {
+        Erase(it);
+        break;
+      }
+    }
+  }
   owed_.emplace_back(std::chrono::steady_clock::now(), session);
-  if (owed_.size() > kMaxOwed) owed_.pop_front();
+  ++per_address_[session.address];
+  if (owed_.size() > kMaxOwed) Erase(owed_.begin());
 }
 
 bool OwedFills::Take(const Session& session, TimePoint arrived) {
@@ -296,7 +312,7 @@ bool OwedFills::Take(const Session& session, TimePoint arrived) {
   Expire(arrived);
   for (auto it = owed_.begin(); it != owed_.end(); ++it) {
     if (it->second == session) {
-      owed_.erase(it);
+      Erase(it);
       return true;
     }
   }

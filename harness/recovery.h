@@ -171,15 +171,20 @@ class BusyAnswerer {
 // debt is its own, paid only by its own RANDOM_FILL; a client that died
 // after its CONNECT owes one until it expires, kOwedSeconds after it was
 // added, judged by when the message arrived (a server slow to read must
-// not forget a RANDOM_FILL that came in time). At most kMaxOwed sessions
-// are remembered (a flood of CONNECTs pushes out the oldest, whose
-// RANDOM_FILL then meets "no CONNECT" and is dropped with a line).
-// Thread-safe (the main loop and the BusyAnswerer both use it).
+// not forget a RANDOM_FILL that came in time). Fair like the mailbox: one
+// address (a session's sender) keeps at most kMaxOwedPerAddress debts, its
+// oldest going first, so that a source flooding CONNECTs that are turned
+// away cannot push out the debt of a client told BUSY a moment before its
+// RANDOM_FILL comes. At most kMaxOwed debts in all (sessions naming ever
+// new addresses push out the oldest; a RANDOM_FILL whose debt is gone then
+// hears BUSY, common/server.cc). Thread-safe (the main loop and the
+// BusyAnswerer both use it).
 class OwedFills {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   static constexpr double kOwedSeconds = 15.0;
   static constexpr size_t kMaxOwed = 256;
+  static constexpr size_t kMaxOwedPerAddress = 8;
   // The client of `session` was told BUSY after its CONNECT.
   void Add(const Session& session);
   // A RANDOM_FILL of `session` that arrived at `arrived`: true when it
@@ -188,9 +193,12 @@ class OwedFills {
   size_t size();
 
  private:
+  using Owed = std::deque<std::pair<TimePoint, Session>>;
   void Expire(TimePoint arrived);
+  Owed::iterator Erase(Owed::iterator it);
   std::mutex mutex_;
-  std::deque<std::pair<TimePoint, Session>> owed_;  // oldest first
+  Owed owed_;                                           // oldest first
+  std::map<std::vector<uint8_t>, size_t> per_address_;  // debts of each address in owed_
 };
 
 // shm: removes the /dev/shm files of processes of this user that died
