@@ -440,6 +440,24 @@ class RandomFillServer {
     SendReply(header.session, EncodeEmpty(MessageType::kAlive, Session{header.session.nonce, {}}));
   }
 
+  // Between transfers nobody is served, so a client that still PROBEs has
+  // lost part of its request: a CONNECT or RANDOM_FILL that a flood pushed
+  // out, or that a rebuilt front door lost (its PROBE comes seconds after
+  // both, on the same path). BUSY makes it send both again; ALIVE would
+  // keep it waiting for its whole --timeout.
+  void AnswerProbeBetweenTransfers(const MessageHeader& header, size_t length) {
+    if (header.body_offset != length) throw ProtocolError("PROBE: unexpected body");
+    TakePendingConnect(header.session);  // half a request: the client sends both again
+    if (!busy_limiter_.Allow(header.session.address, Clock::now())) return;
+    std::string note =
+        SendReply(header.session, Encode(BusyMessage{"it holds no whole request of this session"},
+                                         Session{header.session.nonce, {}}));
+    busy_log_.Line(
+        "server: a PROBE of a session with no whole request: told it to send "
+        "again (BUSY)" +
+        note);
+  }
+
   // The CONNECT of `session` still waiting for its RANDOM_FILL, taken out.
   std::optional<ConnectMessage> TakePendingConnect(const Session& session) {
     std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -538,7 +556,7 @@ class RandomFillServer {
       CheckClientSession(header);
       const Session& session = header.session;
       if (header.type == MessageType::kProbe) {
-        AnswerProbe(header, message.size());
+        AnswerProbeBetweenTransfers(header, message.size());
         return std::nullopt;
       }
       if (header.type == MessageType::kCancel) return std::nullopt;  // a transfer already over

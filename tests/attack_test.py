@@ -257,6 +257,31 @@ class AttackTest(unittest.TestCase):
                 server.kill()
             server.wait()
 
+    def test_lost_fill_hears_busy(self):
+        """A client whose RANDOM_FILL was lost (a flood pushed it out, a
+        rebuilt front door lost it) PROBEs a server that is between
+        transfers: it hears BUSY, its sign to send both messages again,
+        within a few PROBEs, not silence or ALIVE until its --timeout; the
+        server then serves a good client."""
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                tag = f"{provider}-forgotten"
+                server = Server(self.workdir, provider, tag)
+                try:
+                    done = subprocess.run(
+                        [attacker_binary(), "--provider", provider, "--server",
+                         server.address(), "--mode", "forgotten", "--seconds", "20"],
+                        cwd=self.workdir, capture_output=True, text=True, timeout=60)
+                    print(f"attack {tag}: {done.stdout.strip() or done.stderr.strip()}",
+                          flush=True)
+                    self.assertEqual(done.returncode, 0, done.stdout + done.stderr +
+                                     read(server.log)[-2000:])
+                    self.assertIn("heard BUSY", done.stdout)
+                    ok, why = good_client(self.workdir, provider, server, f"{tag}-good")
+                    self.assertTrue(ok, f"{tag}: good client: {why}")
+                finally:
+                    server.stop()
+
     def test_clients_with_malformed_server_addresses(self):
         """The other side: clients started with a --server the provider must
         refuse each end with a one-line error (no signal, no hang), and the

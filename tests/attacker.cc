@@ -15,8 +15,12 @@
 //              sessions naming random addresses (nobody, or a stranger)
 //   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
 //              no progress at all: a client that stops reading
-// It never reads what the server answers. At the end it prints one line:
-// "attacker: sent N message(s) in S s".
+//   forgotten  one good CONNECT naming this endpoint, its RANDOM_FILL lost,
+//              then a PROBE every 2 s as a waiting client sends: ends with
+//              "attacker: heard BUSY after S s" (exit 0) when the server
+//              answers BUSY, the sign to send both again, or exit 1
+// Other modes never read what the server answers. At the end it prints one
+// line: "attacker: sent N message(s) in S s".
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +105,7 @@ class Attacker {
       while (Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return sent_;
     }
+    if (o_.mode == "forgotten") return ProbeUntilBusy(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
       net_.PollCompletion();
@@ -132,6 +137,30 @@ class Attacker {
   static constexpr size_t kSlotSize = 8192;
 
   Session NewSession() { return Session{rng_() | 1, net_.address()}; }
+
+  size_t ProbeUntilBusy(Clock::time_point end) {
+    Session session = NewSession();
+    SendNow(Encode(Connect(), session));
+    bool busy = false;
+    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [&busy](Network&, RdmaOp& op) {
+      const auto* data = static_cast<const uint8_t*>(op.buf);
+      busy = op.error == 0 && DecodeHeader(data, op.received).type == MessageType::kBusy;
+    });
+    const auto start = Clock::now();
+    auto next_probe = start;
+    while (!busy && Clock::now() < end) {
+      if (Clock::now() >= next_probe) {
+        next_probe += std::chrono::seconds(2);
+        SendNow(EncodeEmpty(MessageType::kProbe, session));
+      }
+      net_.PollCompletion();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!busy) throw RuntimeError("no BUSY for a session whose RANDOM_FILL was lost");
+    std::printf("attacker: heard BUSY after %.1f s\n",
+                std::chrono::duration<double>(Clock::now() - start).count());
+    return sent_;
+  }
 
   // The server's layout; every region is our one buffer.
   ConnectMessage Connect() const {
