@@ -458,12 +458,16 @@ def folder_cpus(folder):
 def nearest_simulated(repo, chapter):
     """The simulated recording nearest a learner's machine: the fewest CPUs
     (a laptop or a small VM has few), at the page size the tools choose for
-    simnic (run_chapter.SIMNIC_PAGE_SIZE), then by name."""
+    simnic (run_chapter.SIMNIC_PAGE_SIZE), made under the frozen model (its
+    rows carry the prediction printed before its runs, as a learner's run
+    does), then by name."""
     page = str(tool_constants(repo.root, "run_chapter").get("SIMNIC_PAGE_SIZE", ""))
     sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]
             and folder_cpus(rec["folder"]) is not None]
     sims.sort(key=lambda rec: (folder_cpus(rec["folder"]),
-                               rec["rows"][chapter].get("page_size") != page, rec["folder"]))
+                               rec["rows"][chapter].get("page_size") != page,
+                               rec["rows"][chapter].get("prediction_error") in (None, ""),
+                               rec["folder"]))
     return sims[0] if sims else None
 
 
