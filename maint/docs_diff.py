@@ -35,6 +35,13 @@ hand:
                                      results/counters.md)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
+  <!-- ladder:begin h200x2-fresh -->  the lessons' steps and the predictions'
+  <!-- ladder:end -->                errors of every simnic folder under
+                                     results/h200x2-fresh/, by page size
+                                     and CPU count, round by round
+                                     (tools/simnic_fit.py --summary); a
+                                     results/<group>/README.md holding one
+                                     is checked like the pages
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
   <!-- output:end -->                ("What you should see"): the transcript
                                      docs/output/14_batch.txt, which
@@ -98,8 +105,9 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import series  # noqa: E402
+import simnic_fit  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -350,6 +358,15 @@ def render_output(repo, chapter):
 
 
 # --- the series' ladder ----------------------------------------------------
+
+def render_ladder(repo, group):
+    """tools/simnic_fit.py --summary of the compare.py folders under
+    results/<group>/."""
+    folders = sorted(p.parent for p in (repo.root / "results" / group).glob("*/results.json"))
+    if not folders:
+        raise BlockError(f"ladder:begin {group}: no results/{group}/*/results.json")
+    return simnic_fit.summary_text(folders)
+
 
 def render_series(arg):
     """The series' own numbers per chapter (tools/series.py), quoted."""
@@ -813,6 +830,9 @@ def pages(repo):
         page = repo.root / "results" / name
         if page.exists():
             found.append(page)
+    # A group of recordings whose README holds a generated summary.
+    found += [page for page in sorted((repo.root / "results").glob("*/README.md"))
+              if "<!-- ladder:begin " in page.read_text()]
     return found
 
 
@@ -832,6 +852,8 @@ def regenerate(repo, page):
             body = render_code(repo, arg) if kind == "code" else render_series(arg)
         elif kind == "counters":
             body = render_counters(repo, arg, prefix)
+        elif kind == "ladder":
+            body = render_ladder(repo, arg)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:
