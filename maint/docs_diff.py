@@ -68,7 +68,11 @@ hand:
                                      maint/capture_output.py's flags),
                                      `rec(FOLDER, CHAPTER, COLUMN)` (with
                                      `memory="host"` and the like where a
-                                     folder holds several tables);
+                                     folder holds several tables),
+                                     `recs(GLOB)` (the folders a glob
+                                     names), `meta(FOLDER, KEY, ...)` (its
+                                     results.json's meta), `span(NUMBERS,
+                                     FORMAT)` ("low-high");
                                      arithmetic allowed, `EXPR | FORMAT`
                                      formats (`.1f`, `,.0f`)
 
@@ -98,6 +102,7 @@ NAMED_CONSTANTS below lists them); the message gives the marker to write.
 import argparse
 import csv
 import difflib
+import fnmatch
 import json
 import pathlib
 import re
@@ -690,7 +695,35 @@ def value_names(repo):
                     return v
             raise BlockError(f"no recorded folder results/{folder}")
 
+        def recs(pattern):
+            """The recorded folders whose name (under results/) matches a
+            glob: `recs("h200x2-fresh/*page256")`."""
+            found = sorted({r["folder"] for r in repo.result_sets()
+                            if fnmatch.fnmatchcase(r["folder"], pattern)})
+            if not found:
+                raise BlockError(f"no recorded folder matches results/{pattern}")
+            return found
+
+        def meta(folder, *keys):
+            """A field of a compare.py folder's results.json meta:
+            `meta(FOLDER, "primitives", "line_ns")`, `meta(FOLDER, "seconds")`."""
+            try:
+                value = json.loads((repo.root / "results" / folder / "results.json")
+                                   .read_text())["meta"]
+                for key in keys:
+                    value = value[key]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise BlockError(f"results/{folder}/results.json has no meta {keys}: {e}")
+            return value
+
+        def span(values, fmt=".2f"):
+            """"lowest-highest" of some numbers, each formatted."""
+            values = list(values)
+            lo, hi = format(min(values), fmt), format(max(values), fmt)
+            return lo if lo == hi else f"{lo}-{hi}"
+
         repo._value_names = {
+            "recs": recs, "meta": meta, "span": span, "sum": sum, "len": len,
             "simnic": _Fields("simnic/model.h's Model", simnic_model(repo.root)),
             "run_chapter": _Fields("tools/run_chapter.py", tool_constants(repo.root,
                                                                           "run_chapter")),
