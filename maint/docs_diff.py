@@ -689,7 +689,11 @@ def value_names(repo):
                 first = next(iter(r["rows"].values()))
                 if r["folder"] == folder and all(str(first.get(k)) == str(v)
                                                  for k, v in match.items()):
-                    v = _f(r["rows"].get(chapter), column)
+                    raw = (r["rows"].get(chapter) or {}).get(column)
+                    try:
+                        v = _f(r["rows"].get(chapter), column)
+                    except ValueError:  # a word, where the column holds one (step_verdict)
+                        v = raw
                     if v is None:
                         raise BlockError(f"results/{folder} has no {column} for {chapter}")
                     return v
