@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the generated parts of the docs pages from the code and results.
 
-The pages in docs/ (and results/README.md) hold blocks between marker
+The pages in docs/ (and results/README.md, README.md) hold blocks between marker
 comments; this tool writes them, so that no diff and no number is typed by
 hand:
 
@@ -867,6 +867,9 @@ def pages(repo):
         page = repo.root / "results" / name
         if page.exists():
             found.append(page)
+    # The checkout's README quotes a recording too (its value markers).
+    if (repo.root / "README.md").exists():
+        found.append(repo.root / "README.md")
     # A group of recordings whose README holds a generated summary.
     found += [page for page in sorted((repo.root / "results").glob("*/README.md"))
               if "<!-- ladder:begin " in page.read_text()]

@@ -38,14 +38,21 @@ run's own part outside the charges as recorded, and prints the fitted
 values and the residuals at those points. It predicts nothing else: a
 prediction that starts from a run's own time is not one.
 
-  python3 tools/simnic_fit.py --refit results/h200-16core-*simnic*page256
+  python3 tools/simnic_fit.py --refit results/h200x2-fresh/*page256
 
 --costs prints simnic/costs.h as a table (docs/simnic.md shows it);
 --errors a row per chapter and page size: the predictions' errors over the
 folders. --ladder prints a row per recorded folder: each lesson's step with its
 noise and verdict (compare.py's), and how far the predictions fell:
 
-  python3 tools/simnic_fit.py --ladder results/h200-16core-*simnic*
+  python3 tools/simnic_fit.py --ladder results/h200x2-fresh/*
+
+--summary groups the folders by page size and CPU count: each lesson's step
+in every round (`-r2` in a folder's name), how many rounds gained or lost
+beyond the noise, and each chapter's prediction error round by round
+(results/h200x2-fresh/README.md holds it, written by maint/docs_diff.py):
+
+  python3 tools/simnic_fit.py --summary results/h200x2-fresh/*
 """
 import argparse
 import json
