@@ -45,14 +45,14 @@ prediction that starts from a run's own time is not one.
 folders. --ladder prints a row per recorded folder: each lesson's step with its
 noise and verdict (compare.py's), and how far the predictions fell:
 
-  python3 tools/simnic_fit.py --ladder results/h200x2-fresh/*
+  python3 tools/simnic_fit.py --ladder results/h200x2-fresh
 
 --summary groups the folders by page size and CPU count: each lesson's step
 in every round (`-r2` in a folder's name), how many rounds gained or lost
 beyond the noise, and each chapter's prediction error round by round
 (results/h200x2-fresh/README.md holds it, written by maint/docs_diff.py):
 
-  python3 tools/simnic_fit.py --summary results/h200x2-fresh/*
+  python3 tools/simnic_fit.py --summary results/h200x2-fresh
 """
 import argparse
 import json
@@ -409,6 +409,19 @@ def summary_text(folders):
     return "\n".join(out)
 
 
+def compare_folders(paths):
+    """The compare.py folders among paths: each one holding results.json,
+    and the folders of a group (results/h200x2-fresh: a folder of them);
+    anything else (a README, a logs folder a glob caught) is left out."""
+    found = []
+    for path in map(pathlib.Path, paths):
+        if (path / "results.json").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += sorted(p.parent for p in path.glob("*/results.json"))
+    return found
+
+
 def print_costs_table(path=COSTS_HEADER):
     """simnic/costs.h as a Markdown table: variable, frozen value, rule."""
     print("| variable | frozen value | rule |")
@@ -467,6 +480,10 @@ def main():
         return 0
     if not args.folders:
         parser.error("give folders to refit, or --predict")
+    if args.ladder or args.errors or args.summary:
+        args.folders = compare_folders(args.folders)
+        if not args.folders:
+            parser.error("no tools/compare.py folder (with a results.json) among those given")
     if args.ladder:
         print_ladder(args.folders, args.again)
         return 0
