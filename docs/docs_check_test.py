@@ -6,6 +6,7 @@ whose code block no longer matches the library function it shows, and a
 code block whose function is gone; and that no page under docs/ or results/,
 and no tool, cites a file outside the repository.
 """
+import json
 import os
 import pathlib
 import re
@@ -310,6 +311,24 @@ class DocsCheckTest(unittest.TestCase):
             row = next(line for line in page.splitlines() if "2core-test-simnic-host" in line)
             self.assertIn("**SIMULATED** (simnic), 2 CPUs", row)
             self.assertEqual(check(copy).returncode, 0)
+
+    def test_check_catches_a_stale_ladder_summary(self):
+        # results/h200x2-fresh/README.md's summary is made from its folders:
+        # a step changed in one folder's results.json makes it stale.
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            page = copy / "results" / "h200x2-fresh" / "README.md"
+            self.assertIn("<!-- ladder:begin h200x2-fresh -->", page.read_text())
+            data = copy / "results" / "h200x2-fresh" / \
+                "h200x2-taskset4-r1-simnic-host-2x4-page256" / "results.json"
+            record = json.loads(data.read_text())
+            row = next(r for r in record["rows"] if r["chapter"] == "13_shard")
+            row["step"], row["step_verdict"] = 0.5, "LOSS"
+            data.write_text(json.dumps(record))
+            result = check(copy)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("results/h200x2-fresh/README.md",
+                          result.stdout.split("stale page(s):")[-1])
 
     def test_check_catches_a_stale_code_block(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the generated parts of the docs pages from the code and results.
 
-The pages in docs/ (and results/README.md) hold blocks between marker
+The pages in docs/ (and results/README.md, README.md) hold blocks between marker
 comments; this tool writes them, so that no diff and no number is typed by
 hand:
 
@@ -35,6 +35,13 @@ hand:
                                      results/counters.md)
   <!-- results:begin all -->         every chapter, every recorded folder
   <!-- results:end -->
+  <!-- ladder:begin h200x2-fresh -->  the lessons' steps and the predictions'
+  <!-- ladder:end -->                errors of every simnic folder under
+                                     results/h200x2-fresh/, by page size
+                                     and CPU count, round by round
+                                     (tools/simnic_fit.py --summary); a
+                                     results/<group>/README.md holding one
+                                     is checked like the pages
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
   <!-- output:end -->                ("What you should see"): the transcript
                                      docs/output/14_batch.txt, which
@@ -61,7 +68,11 @@ hand:
                                      maint/capture_output.py's flags),
                                      `rec(FOLDER, CHAPTER, COLUMN)` (with
                                      `memory="host"` and the like where a
-                                     folder holds several tables);
+                                     folder holds several tables),
+                                     `recs(GLOB)` (the folders a glob
+                                     names), `meta(FOLDER, KEY, ...)` (its
+                                     results.json's meta), `span(NUMBERS,
+                                     FORMAT)` ("low-high");
                                      arithmetic allowed, `EXPR | FORMAT`
                                      formats (`.1f`, `,.0f`)
 
@@ -91,6 +102,7 @@ NAMED_CONSTANTS below lists them); the message gives the marker to write.
 import argparse
 import csv
 import difflib
+import fnmatch
 import json
 import pathlib
 import re
@@ -98,8 +110,9 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import series  # noqa: E402
+import simnic_fit  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -351,6 +364,15 @@ def render_output(repo, chapter):
 
 # --- the series' ladder ----------------------------------------------------
 
+def render_ladder(repo, group):
+    """tools/simnic_fit.py --summary of the compare.py folders under
+    results/<group>/."""
+    folders = sorted(p.parent for p in (repo.root / "results" / group).glob("*/results.json"))
+    if not folders:
+        raise BlockError(f"ladder:begin {group}: no results/{group}/*/results.json")
+    return simnic_fit.summary_text(folders)
+
+
 def render_series(arg):
     """The series' own numbers per chapter (tools/series.py), quoted."""
     if arg != "ladder":
@@ -458,12 +480,16 @@ def folder_cpus(folder):
 def nearest_simulated(repo, chapter):
     """The simulated recording nearest a learner's machine: the fewest CPUs
     (a laptop or a small VM has few), at the page size the tools choose for
-    simnic (run_chapter.SIMNIC_PAGE_SIZE), then by name."""
+    simnic (run_chapter.SIMNIC_PAGE_SIZE), made under the frozen model (its
+    rows carry the prediction printed before its runs, as a learner's run
+    does), then by name."""
     page = str(tool_constants(repo.root, "run_chapter").get("SIMNIC_PAGE_SIZE", ""))
     sims = [rec for rec in repo.result_sets() if rec["simulated"] and chapter in rec["rows"]
             and folder_cpus(rec["folder"]) is not None]
     sims.sort(key=lambda rec: (folder_cpus(rec["folder"]),
-                               rec["rows"][chapter].get("page_size") != page, rec["folder"]))
+                               rec["rows"][chapter].get("page_size") != page,
+                               rec["rows"][chapter].get("prediction_error") in (None, ""),
+                               rec["folder"]))
     return sims[0] if sims else None
 
 
@@ -663,13 +689,45 @@ def value_names(repo):
                 first = next(iter(r["rows"].values()))
                 if r["folder"] == folder and all(str(first.get(k)) == str(v)
                                                  for k, v in match.items()):
-                    v = _f(r["rows"].get(chapter), column)
+                    raw = (r["rows"].get(chapter) or {}).get(column)
+                    try:
+                        v = _f(r["rows"].get(chapter), column)
+                    except ValueError:  # a word, where the column holds one (step_verdict)
+                        v = raw
                     if v is None:
                         raise BlockError(f"results/{folder} has no {column} for {chapter}")
                     return v
             raise BlockError(f"no recorded folder results/{folder}")
 
+        def recs(pattern):
+            """The recorded folders whose name (under results/) matches a
+            glob: `recs("h200x2-fresh/*page256")`."""
+            found = sorted({r["folder"] for r in repo.result_sets()
+                            if fnmatch.fnmatchcase(r["folder"], pattern)})
+            if not found:
+                raise BlockError(f"no recorded folder matches results/{pattern}")
+            return found
+
+        def meta(folder, *keys):
+            """A field of a compare.py folder's results.json meta:
+            `meta(FOLDER, "primitives", "line_ns")`, `meta(FOLDER, "seconds")`."""
+            try:
+                value = json.loads((repo.root / "results" / folder / "results.json")
+                                   .read_text())["meta"]
+                for key in keys:
+                    value = value[key]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise BlockError(f"results/{folder}/results.json has no meta {keys}: {e}")
+            return value
+
+        def span(values, fmt=".2f"):
+            """"lowest-highest" of some numbers, each formatted."""
+            values = list(values)
+            lo, hi = format(min(values), fmt), format(max(values), fmt)
+            return lo if lo == hi else f"{lo}-{hi}"
+
         repo._value_names = {
+            "recs": recs, "meta": meta, "span": span, "sum": sum, "len": len,
             "simnic": _Fields("simnic/model.h's Model", simnic_model(repo.root)),
             "run_chapter": _Fields("tools/run_chapter.py", tool_constants(repo.root,
                                                                           "run_chapter")),
@@ -809,6 +867,12 @@ def pages(repo):
         page = repo.root / "results" / name
         if page.exists():
             found.append(page)
+    # The checkout's README quotes a recording too (its value markers).
+    if (repo.root / "README.md").exists():
+        found.append(repo.root / "README.md")
+    # A group of recordings whose README holds a generated summary.
+    found += [page for page in sorted((repo.root / "results").glob("*/README.md"))
+              if "<!-- ladder:begin " in page.read_text()]
     return found
 
 
@@ -828,6 +892,8 @@ def regenerate(repo, page):
             body = render_code(repo, arg) if kind == "code" else render_series(arg)
         elif kind == "counters":
             body = render_counters(repo, arg, prefix)
+        elif kind == "ladder":
+            body = render_ladder(repo, arg)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:

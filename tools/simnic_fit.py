@@ -38,14 +38,21 @@ run's own part outside the charges as recorded, and prints the fitted
 values and the residuals at those points. It predicts nothing else: a
 prediction that starts from a run's own time is not one.
 
-  python3 tools/simnic_fit.py --refit results/h200-16core-*simnic*page256
+  python3 tools/simnic_fit.py --refit results/h200x2-fresh/*page256
 
 --costs prints simnic/costs.h as a table (docs/simnic.md shows it);
 --errors a row per chapter and page size: the predictions' errors over the
 folders. --ladder prints a row per recorded folder: each lesson's step with its
 noise and verdict (compare.py's), and how far the predictions fell:
 
-  python3 tools/simnic_fit.py --ladder results/h200-16core-*simnic*
+  python3 tools/simnic_fit.py --ladder results/h200x2-fresh
+
+--summary groups the folders by page size and CPU count: each lesson's step
+in every round (`-r2` in a folder's name), how many rounds gained or lost
+beyond the noise, and each chapter's prediction error round by round
+(results/h200x2-fresh/README.md holds it, written by maint/docs_diff.py):
+
+  python3 tools/simnic_fit.py --summary results/h200x2-fresh
 """
 import argparse
 import json
@@ -333,6 +340,88 @@ def print_errors(folders, again=False):
               f"{sum(abs(x) <= 0.15 for x in e)} of {len(e)} |")
 
 
+def _round_of(folder):
+    """A folder's round from its name (`-r2-`), 1 when it names none."""
+    m = re.search(r"-r(\d+)-", pathlib.Path(folder).name)
+    return int(m.group(1)) if m else 1
+
+
+def summary_text(folders):
+    """The lessons of fresh ladders, grouped by page size and CPU count: each
+    lesson's step in every round (ratio, uncertainty, verdict, as compare.py
+    judged it), how many rounds showed a gain or a loss beyond the noise, and
+    each chapter's prediction error (recorded before the runs) in every
+    round, the ones beyond 15% in bold. Markdown."""
+    runs = {}  # (page, cpus) -> [(round, layout, data)]
+    for folder in folders:
+        data = json.loads((pathlib.Path(folder) / "results.json").read_text())
+        meta = data["meta"]
+        s = meta["settings"]
+        key = (s["page_size"], meta["machine"]["cpus"])
+        runs.setdefault(key, []).append((_round_of(folder), f"{s['gpus']} x {s['nics_per_gpu']}",
+                                         data))
+    out = []
+    for page in sorted({k[0] for k in runs}, reverse=True):
+        keys = sorted(k for k in runs if k[0] == page)
+        rounds = sorted({r for k in keys for r, _, _ in runs[k]})
+        out += [f"**{page}-byte pages, the lessons' steps** (SIMULATED; rate ratio, "
+                "± its uncertainty from the runs' spread, compare.py's verdict):", "",
+                "| CPUs | layout | step | " + " | ".join(f"round {r}" for r in rounds)
+                + " | gain beyond noise | loss beyond noise |",
+                "|---:|---|---|" + "---|" * len(rounds) + "---:|---:|"]
+        for key in keys:
+            entries = sorted(runs[key], key=lambda e: e[0])
+            layout = entries[0][1]
+            for before, after in LESSONS.get(page, ()):
+                cells, gains, losses, judged = {}, 0, 0, 0
+                for rnd, _, data in entries:
+                    by = {r["chapter"]: r for r in data["rows"]}
+                    r = by.get(after, {})
+                    if r.get("step") is None or before not in by:
+                        continue
+                    judged += 1
+                    verdict = r.get("step_verdict", "")
+                    gains += verdict == "gain"
+                    losses += verdict == "LOSS"
+                    noise = r.get("step_noise")
+                    cells[rnd] = (f"x{r['step']:.3f}" + ("" if noise is None else f" ±{noise:.3f}")
+                                  + f" {verdict}")
+                out.append(f"| {key[1]} | {layout} | {before[:2]} -> {after[:2]} | "
+                           + " | ".join(cells.get(r, "") for r in rounds)
+                           + f" | {gains} of {judged} | {losses} of {judged} |")
+        chapters = [c for c in PROFILE if any(
+            c in prediction_errors(d) for k in keys for _, _, d in runs[k])]
+        out += ["", f"**{page}-byte pages, the predictions** (made before the runs from each "
+                "machine's primitives; predicted / measured - 1 in %, rounds "
+                + ", ".join(str(r) for r in rounds) + "; beyond 15% in bold):", "",
+                "| CPUs | " + " | ".join(c[:2] for c in chapters) + " |",
+                "|---:|" + "---:|" * len(chapters)]
+        for key in keys:
+            entries = sorted(runs[key], key=lambda e: e[0])
+            errors = [prediction_errors(d) for _, _, d in entries]
+            cells = []
+            for c in chapters:
+                vals = [e[c] for e in errors if c in e]
+                cells.append(" / ".join((f"**{100 * v:+.1f}**" if abs(v) > 0.15
+                                         else f"{100 * v:+.1f}") for v in vals))
+            out.append(f"| {key[1]} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def compare_folders(paths):
+    """The compare.py folders among paths: each one holding results.json,
+    and the folders of a group (results/h200x2-fresh: a folder of them);
+    anything else (a README, a logs folder a glob caught) is left out."""
+    found = []
+    for path in map(pathlib.Path, paths):
+        if (path / "results.json").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += sorted(p.parent for p in path.glob("*/results.json"))
+    return found
+
+
 def print_costs_table(path=COSTS_HEADER):
     """simnic/costs.h as a Markdown table: variable, frozen value, rule."""
     print("| variable | frozen value | rule |")
@@ -360,6 +449,10 @@ def main():
     parser.add_argument("--ladder", action="store_true",
                         help="one row per folder: the lessons' steps with their noise and "
                         "the predictions' errors, as compare.py recorded them")
+    parser.add_argument("--summary", action="store_true",
+                        help="by page size and CPU count: each lesson's step in every round "
+                        "and the rounds that gained beyond the noise, and every chapter's "
+                        "prediction error (results/h200x2-fresh/README.md shows it)")
     parser.add_argument("--again", action="store_true",
                         help="with --errors or --ladder: today's model on each folder's "
                         "recorded primitives and layout instead of the predictions recorded "
@@ -387,8 +480,15 @@ def main():
         return 0
     if not args.folders:
         parser.error("give folders to refit, or --predict")
+    if args.ladder or args.errors or args.summary:
+        args.folders = compare_folders(args.folders)
+        if not args.folders:
+            parser.error("no tools/compare.py folder (with a results.json) among those given")
     if args.ladder:
         print_ladder(args.folders, args.again)
+        return 0
+    if args.summary:
+        print(summary_text(args.folders), end="")
         return 0
     if args.errors:
         print_errors(args.folders, args.again)
