@@ -107,8 +107,16 @@ class EqErrorsTest(unittest.TestCase):
         # The rebuilt front door may have a new address: the file says which.
         self.assertTrue(wait_for(lambda: "recovered from it" in read(self.log), 10))
         self.good_client("second")
-        # Only one NIC this time, right before a client comes.
+        # Only one NIC this time, then a client. The server reads the error
+        # at its next look between transfers; on a busy machine a client
+        # started at once could begin its transfer first, and an error
+        # during a transfer abandons it (the case of the tests below).
         pathlib.Path(self.trigger).write_text("simnic1\n")
+        self.assertTrue(
+            wait_for(lambda: read(self.log).count("reported an error between transfers") >= 4, 20),
+            read(self.log)[-2500:])
+        self.assertTrue(wait_for(lambda: read(self.log).count("recovered from it") >= 2, 10),
+                        read(self.log)[-2500:])
         self.good_client("third")
         # The client may finish verifying before the server prints its line.
         self.assertTrue(wait_for(lambda: read(self.log).count("Transfer done") == 3, 20),
