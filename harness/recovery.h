@@ -122,7 +122,7 @@ class TransferWatch {
 // (fi_setname binds the same port). shm: yes (fi_setname before fi_enable
 // names the new shared-memory file; the old one is unlinked at close), for
 // peers that map the name afterwards: a peer that mapped it before keeps
-// talking to the old region (docs/provider-failures.md, point 4). efa: no,
+// talking to the old region (docs/provider-failures.md, point 7). efa: no,
 // it has no fi_setname and its addresses include the QP number.
 bool KeepsAddressOnRebuild(const std::string& provider);
 
