@@ -212,11 +212,6 @@ constexpr char kNotKept[] =
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
-// After a flood (more messages turned away than the mailbox holds) and this
-// long without any message, the front door is rebuilt: what the provider
-// took in during the flood (ofi_rxm over tcp on 1.x grows its pools by
-// hundreds of MB and keeps them) goes back with the old endpoint.
-constexpr double kFloodOverSeconds = 0.5;
 
 std::string ClientCommand(const std::string& chapter, const ServerOptions& o, const Node& node,
                           const std::string& address_hex) {
@@ -328,16 +323,19 @@ class RandomFillServer {
   }
 
  private:
-  // See kFloodOverSeconds. Only where the rebuilt front door keeps its
-  // address (tcp: clients need not learn a new one), between clients, with
+  // After a flood (more messages turned away than the mailbox holds) and
+  // FloodOverSeconds without any message, the front door is rebuilt at its
+  // address (clients need not learn a new one): what the provider took in
+  // during the flood goes back with the old endpoint. Between clients, with
   // the mailbox empty and no reply in flight. A message that arrives in
   // the moment of the rebuild is lost with the old endpoint.
   void RebuildAfterFlood() {
-    if (!KeepsAddressOnRebuild(node_.fabric().provider)) return;
+    const double flood_over = FloodOverSeconds(node_.fabric().provider);
+    if (flood_over <= 0 || !KeepsAddressOnRebuild(node_.fabric().provider)) return;
     size_t turned_away = turned_away_.load();
     if (turned_away < turned_away_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;
     auto quiet = Clock::now() - last_message_at_.load();
-    if (quiet < std::chrono::duration<double>(kFloodOverSeconds)) return;
+    if (quiet < std::chrono::duration<double>(flood_over)) return;
     for (const ReplySlot& reply : replies_) {
       if (reply.state != ReplySlot::kFree) return;
     }

@@ -201,7 +201,15 @@ void TransferWatch::Watch() {
 }
 
 bool KeepsAddressOnRebuild(const std::string& provider) {
-  return provider.find("tcp") != std::string::npos;
+  return provider.find("tcp") != std::string::npos || provider == "shm";
+}
+
+double FloodOverSeconds(const std::string& provider) {
+  if (provider.find("tcp") != std::string::npos) return 0.5;
+  // A client told BUSY asks again within 5 s x 1.5 (common/client.cc);
+  // the rest is margin for a loaded machine.
+  if (provider == "shm" && FI_MAJOR(fi_version()) >= 2) return 10.0;
+  return 0;
 }
 
 std::string RebuildNetworks(Node& node) {

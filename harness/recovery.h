@@ -119,11 +119,22 @@ class TransferWatch {
 
 // Whether an endpoint reopened in place may take its old address again
 // (the server's front door, rebuilt after an error). tcp: yes
-// (fi_setname binds the same port). efa: no, it has no fi_setname and its
-// addresses include the QP number. shm: it has fi_setname, but a reused
-// name was measured to lose the next client (docs/provider-failures.md,
-// point 4).
+// (fi_setname binds the same port). shm: yes (fi_setname before fi_enable
+// names the new shared-memory file; the old one is unlinked at close), for
+// peers that map the name afterwards: a peer that mapped it before keeps
+// talking to the old region (docs/provider-failures.md, point 7). efa: no,
+// it has no fi_setname and its addresses include the QP number.
 bool KeepsAddressOnRebuild(const std::string& provider);
+
+// How long the front door must hear nothing after a flood before it is
+// rebuilt, so that what the provider took in during the flood goes back
+// with the old endpoint; 0 where it is never rebuilt for that. tcp (ofi_rxm
+// on 1.x keeps its grown pools): 0.5 s. shm on libfabric 2.x (a context for
+// every unmatched message, from a pool without a limit): longer than any
+// waiting client stays silent (its longest pause after BUSY), because a
+// client that mapped the old name before the rebuild never reaches the new
+// one. shm on 1.x keeps a flood's memory bounded: never.
+double FloodOverSeconds(const std::string& provider);
 
 // After an abandoned transfer: every endpoint of every group is closed and
 // opened again with a new address (registrations stay valid, the domain is
