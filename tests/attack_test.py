@@ -59,10 +59,10 @@ LONG_REQUEST = ("--page-size", "512", "--pages", "1024")
 OWED_INTERVAL = "5"
 # What the server may grow by: 20%, or this much on a server this small
 # (two 1 MiB buffers, 25-80 MB in all). The first flood it meets grows it
-# once, by a few MB, while the provider's buffer pools are first used
-# (libfabric 2.1's shm: about 5 MB of anonymous memory in the first second,
-# then flat over a 30 s flood of 500,000 messages); a server's GPU buffers
-# make that a fraction of a percent.
+# once, by a few MB, while the provider's buffer pools are first used and
+# kept; a server's GPU buffers make that a fraction of a percent. (During a
+# flood libfabric 2.x's shm grows far more, about 33 KiB per unmatched
+# message; that memory comes back when the front door is rebuilt.)
 RSS_SLACK_KB = 8192
 # How long the server may take to give back a flood's memory over shm on
 # libfabric 2.x (its front door is rebuilt 10 s after the last message; 2 s
