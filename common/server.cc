@@ -385,7 +385,7 @@ class RandomFillServer {
         if (owed_fills_.Take(session, taken_arrived_)) return;  // its CONNECT heard BUSY
         if (TakePendingConnect(session)) {
           // Its CONNECT came before this transfer began: it hears BUSY now.
-          SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
+          SendBusy(session, what);
           return;
         }
         AnswerUnpairedFill(session, what);
@@ -405,7 +405,7 @@ class RandomFillServer {
       // A client asks again 0.125 s after a BUSY at the soonest, so this
       // limit silences only a flood (or a forger of its address).
       if (!busy_limiter_.Allow(session.address, Clock::now())) return;
-      std::string note = SendReply(session, Encode(BusyMessage{what}, Session{session.nonce, {}}));
+      std::string note = SendBusy(session, what);
       busy_log_.Line("server: a client arrived while the server was " + what +
                      ": told it to wait (BUSY)" + note);
     } catch (const ProtocolError& e) {
@@ -423,7 +423,7 @@ class RandomFillServer {
   void AnswerUnpairedFill(const Session& session, const std::string& why) {
     std::string note = "; no reply sent: one went to its address within 100 ms";
     if (busy_limiter_.Allow(session.address, Clock::now())) {
-      note = SendReply(session, Encode(BusyMessage{why}, Session{session.nonce, {}}));
+      note = SendBusy(session, why);
       if (note.empty()) note = "; told it BUSY";
     }
     Dropped("RANDOM_FILL before CONNECT (no CONNECT of its session)" + note);
@@ -447,9 +447,7 @@ class RandomFillServer {
     if (header.body_offset != length) throw ProtocolError("PROBE: unexpected body");
     TakePendingConnect(header.session);  // half a request: the client sends both again
     if (!busy_limiter_.Allow(header.session.address, Clock::now())) return;
-    std::string note =
-        SendReply(header.session, Encode(BusyMessage{"it holds no whole request of this session"},
-                                         Session{header.session.nonce, {}}));
+    std::string note = SendBusy(header.session, "it holds no whole request of this session");
     busy_log_.Line(
         "server: a PROBE of a session with no whole request: told it to send "
         "again (BUSY)" +
@@ -528,8 +526,7 @@ class RandomFillServer {
       if (header.type == MessageType::kConnect || header.type == MessageType::kRandomFill) {
         if (header.type == MessageType::kConnect) owed_fills_.Add(header.session);
         if (busy_limiter_.Allow(header.session.address, Clock::now())) {
-          note = SendReply(header.session,
-                           Encode(BusyMessage{kTurnedAway}, Session{header.session.nonce, {}}));
+          note = SendBusy(header.session, kTurnedAway);
           if (note.empty()) note = "; told it BUSY";
         }
       }
@@ -568,8 +565,7 @@ class RandomFillServer {
         CheckClientAddresses(connect);
         if (!KeepPendingConnect(session, std::move(connect))) {
           owed_fills_.Add(session);
-          SendReply(session, Encode(BusyMessage{"too many clients connecting at once"},
-                                    Session{session.nonce, {}}));
+          SendBusy(session, "too many clients connecting at once");
           busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
         }
         return std::nullopt;
@@ -745,6 +741,11 @@ class RandomFillServer {
     if (!any) return;
     std::string note = Recover(/*always=*/false);
     std::fprintf(stderr, "server: recovered from it%s\n", note.c_str());
+  }
+
+  // BUSY, with `why`, to the session's address (SendReply's rules).
+  std::string SendBusy(const Session& to, const std::string& why) {
+    return SendReply(to, Encode(BusyMessage{why}, Session{to.nonce, {}}));
   }
 
   // Sends `message` (a REJECT, BUSY or ALIVE) to the session's address
