@@ -70,7 +70,7 @@ class RandomFillClient {
     fi_addr_t& server = server_;
     try {
       server = nic0_.AddPeer(server_address);
-    } catch (const RuntimeError& e) {
+    } catch (const std::runtime_error& e) {
       throw UsageError(std::string("--server: ") + e.what());
     }
 

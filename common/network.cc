@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/device_rdma.h"
+#include "common/errors.h"
 #include "common/setup_hints.h"
 
 namespace tutorial {
@@ -46,7 +47,7 @@ void CloseNow(FidPtr<T>& object, const std::string& nic, const char* what) {
 
 FiInfoPtr MakeHints(const FabricChoice& choice, const EditHints& edit) {
   FiInfoPtr hints(fi_allocinfo());
-  if (!hints) throw RuntimeError("fi_allocinfo failed");
+  if (!hints) throw FabricError("fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE;
   // We supply per-operation scratch space, so providers that need it
@@ -284,9 +285,9 @@ fi_addr_t Network::AddPeer(const std::vector<uint8_t>& address) {
   int inserted = fi_av_insert(av_.get(), address.data(), 1, &peer, 0, nullptr);
   if (inserted != 1 || peer == FI_ADDR_UNSPEC || peer == FI_ADDR_NOTAVAIL) {
     if (hooks != nullptr) hooks->AddressVectorRefused(*this);
-    throw RuntimeError("address of " + std::to_string(address.size()) +
-                       " bytes rejected by the address vector of " + name_ +
-                       (inserted < 0 ? std::string(": ") + fi_strerror(-inserted) : ""));
+    throw FabricError("address of " + std::to_string(address.size()) +
+                      " bytes rejected by the address vector of " + name_ +
+                      (inserted < 0 ? std::string(": ") + fi_strerror(-inserted) : ""));
   }
   return peer;
 }

@@ -17,12 +17,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/buffer.h"
 #include "common/device_rdma.h"
-#include "common/errors.h"
 
 namespace tutorial {
 
@@ -46,13 +46,19 @@ struct FiInfoFree {
 };
 using FiInfoPtr = std::unique_ptr<fi_info, FiInfoFree>;
 
-// Throws RuntimeError when `ret` is an error code, in fabtests' form:
+// A libfabric call failed: one line and exit code 1, as any error while running.
+class FabricError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws FabricError when `ret` is an error code, in fabtests' form:
 // "fi_cq_read(): common/network.cc:412, ret=-5 (Input/output error)".
 inline void CheckFabric(long ret, const char* call, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE()) {
   if (ret < 0) {
-    throw RuntimeError(std::string(call) + "(): " + file + ":" + std::to_string(line) + ", ret=" +
-                       std::to_string(ret) + " (" + fi_strerror(static_cast<int>(-ret)) + ")");
+    throw FabricError(std::string(call) + "(): " + file + ":" + std::to_string(line) + ", ret=" +
+                      std::to_string(ret) + " (" + fi_strerror(static_cast<int>(-ret)) + ")");
   }
 }
 
@@ -214,7 +220,7 @@ class alignas(64) Network {
   MemoryRegion Register(const Buffer& buffer);
 
   // Peers go into the address vector before any operation names them.
-  // Throws RuntimeError in one line when the address is refused (the hooks
+  // Throws FabricError in one line when the address is refused (the hooks
   // check it first: a malformed one can crash a provider).
   fi_addr_t AddPeer(const std::vector<uint8_t>& address);
   virtual void RemovePeer(fi_addr_t peer);

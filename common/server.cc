@@ -630,7 +630,7 @@ class RandomFillServer {
       try {
         Recovery::CheckPeerAddress(node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu()),
                                    address);
-      } catch (const RuntimeError& e) {
+      } catch (const std::runtime_error& e) {
         throw ProtocolError("CONNECT: NIC " + std::to_string(i) + ": " + e.what());
       }
       if (IsOwnAddress(address)) {
@@ -648,7 +648,7 @@ class RandomFillServer {
       Network& net = node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu());
       try {
         peers.push_back(net.AddPeer(connect.nic_addresses[i]));
-      } catch (const RuntimeError& e) {
+      } catch (const std::runtime_error& e) {
         RemovePeers(peers);
         throw ProtocolError("CONNECT: NIC " + std::to_string(i) + ": " + e.what());
       }
@@ -691,7 +691,7 @@ class RandomFillServer {
       const std::vector<uint8_t> before = front_door_.address();
       try {
         Recovery::ResetEndpoint(front_door_, KeepsAddressOnRebuild(node_.fabric().provider));
-      } catch (const RuntimeError&) {
+      } catch (const std::runtime_error&) {
         Recovery::ResetEndpoint(front_door_, /*keep_address=*/false);
       }
       PostReceives();  // the old endpoint took the posted ones with it
@@ -774,7 +774,7 @@ class RandomFillServer {
       std::optional<fi_addr_t> known = ReplyPeer(to.address);
       if (!known) return "; no reply sent: every known peer has a reply in flight";
       peer = *known;
-    } catch (const RuntimeError& e) {
+    } catch (const std::runtime_error& e) {
       return std::string("; no reply sent: ") + e.what();
     }
     ReplySlot& reply = replies_[slot];

@@ -220,7 +220,7 @@ std::string RebuildNetworks(Node& node) {
     // server's front door), and no provider has to take an old one back.
     try {
       Recovery::ResetEndpoint(net, /*keep_address=*/false);
-    } catch (const RuntimeError& e) {
+    } catch (const std::runtime_error& e) {
       throw ProviderError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
                           "; restart the server");
     }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 
+#include "common/errors.h"
 #include "common/more.h"
 #include "common/post_queue.h"
 #include "common/setup_hints.h"
@@ -109,7 +110,7 @@ void Recovery::Reopen(Network& net, const std::vector<uint8_t>* address) {
   CloseEndpoint(net);
   try {
     net.OpenEndpoint(address);
-  } catch (const RuntimeError& e) {
+  } catch (const std::runtime_error& e) {
     throw RuntimeError(net.name() +
                        (address ? ": cannot reopen the endpoint at its address: "
                                 : ": cannot reopen the endpoint: ") +

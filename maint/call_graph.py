@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 # The files a reader opens along the way from the loop to fi_writemsg are
 # limited too; in all, they also open errors.h (the exception the
 # completion path throws) and server.h (WriteJob).
-LIMITS = {"lines": 500, "files": 5, "hops_to_post": 4, "files_to_post": 4}
+LIMITS = {"lines": 500, "files": 4, "hops_to_post": 4, "files_to_post": 4}
 
 POST_CALL = "fi_writemsg"
 DEFAULT_ROOTS = ["ContinuePostWrite", "tutorial::Network::PollCompletion"]
