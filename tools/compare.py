@@ -96,9 +96,25 @@ SIMULATED_PROVIDERS = ("simnic",)  # a simulated NIC: its numbers are never meas
 # writers limited by their CPU, and the chapters whose lessons need that.
 CPU_LIMITED_PAGE_SIZE = 128
 CPU_LIMITED_CHAPTERS = ("14_batch", "15_lazy", "16_thread_domain", "17_op_pool", "18_more")
-# A step is beyond the noise when it moves the rate by more than this many
-# times the step's uncertainty (the chapters' spreads between runs).
-NOISE_MULTIPLE = 2
+# Welch's t-test decides whether a step is beyond the noise: the step is the
+# ratio of the two chapters' geometric mean rates, and its uncertainty the
+# half-width of the 95% interval of the difference of their mean log rates
+# (t quantile for the Welch-Satterthwaite degrees of freedom). More runs
+# shrink it, as the standard error of a mean does.
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
+         40: 2.021, 60: 2.000, 120: 1.980}
+# --cpu-limited: how many runs per chapter. The rule: enough that the
+# smallest lesson step the frozen model predicts for this machine (before
+# the runs) is twice its expected uncertainty, given one run's spread of
+# log rate RUN_SPREAD, between CPU_LIMITED_RUNS limits.
+# RUN_SPREAD: the pooled standard deviation of one chapter's log rate
+# between runs at 128-byte pages on 4, 6 and 8 CPUs in results/h200x2-fresh
+# (0.035, 0.033, 0.023), rounded.
+RUN_SPREAD = 0.03
+CPU_LIMITED_RUNS = (3, 12)
+CPU_LIMITED_STEPS = (("14_batch", "15_lazy"), ("16_thread_domain", "17_op_pool"),
+                     ("17_op_pool", "18_more"))
 
 
 # The rule the counters are counted by (common/counter_rule.h says what each
@@ -535,38 +551,80 @@ def counters_table(rows):
     return "\n".join(lines)
 
 
-def spread(row):
-    """A chapter's noise between runs: half the range of its counted runs'
-    rates over their median (None with fewer than two)."""
-    if row.get("runs_ok", 0) < 2 or not row.get("gbps_median"):
-        return None
-    return (row["gbps_max"] - row["gbps_min"]) / (2 * row["gbps_median"])
+def t_975(df):
+    """The 97.5% quantile of Student's t with `df` degrees of freedom (a
+    table, interpolated; 1.96 beyond it)."""
+    if df >= 120:
+        return 1.96 if df > 1000 else T_975[120]
+    keys = sorted(T_975)
+    df = max(df, 1)
+    for lo, hi in zip(keys, keys[1:]):
+        if lo <= df <= hi:
+            return T_975[lo] + (T_975[hi] - T_975[lo]) * (df - lo) / (hi - lo)
+    return T_975[1]
 
 
-def add_steps(rows):
-    """Each chapter's step from the one before: the ratio of their median
-    rates, its uncertainty (the two spreads added in quadrature) and a
-    verdict: gain or loss beyond NOISE_MULTIPLE times the uncertainty, else
+def log_rates(records, chapter):
+    """The natural log of the Gbps of each counted run of `chapter`."""
+    return [math.log(r["gbps"]) for r in records
+            if r.get("chapter") == chapter and r.get("ok") and not r.get("flags")
+            and r.get("gbps", 0) > 0]
+
+
+def step_between(a, b):
+    """(step, uncertainty) from runs' log rates `a` (before) and `b`: the
+    ratio of geometric means and the half-width of the 95% interval of
+    its log (Welch); uncertainty None with fewer than two runs a side."""
+    step = math.exp(statistics.fmean(b) - statistics.fmean(a))
+    if len(a) < 2 or len(b) < 2:
+        return step, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se2 = va + vb
+    if se2 == 0:
+        return step, 0.0
+    df = se2 ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return step, t_975(df) * math.sqrt(se2)
+
+
+def add_steps(rows, records):
+    """Each chapter's step from the one before (step_between) and a
+    verdict: gain or LOSS when the interval leaves out no change, else
     inside the noise."""
     for before, row in zip(rows, rows[1:]):
-        if not before.get("gbps_median") or not row.get("gbps_median"):
+        a, b = log_rates(records, before["chapter"]), log_rates(records, row["chapter"])
+        if not a or not b:
             continue
-        step = row["gbps_median"] / before["gbps_median"]
-        a, b = spread(before), spread(row)
+        step, noise = step_between(a, b)
         row["step"] = step
-        if a is None or b is None:
-            row["step_noise"], row["step_verdict"] = None, "noise unknown (one run)"
-            continue
-        noise = math.hypot(a, b)
         row["step_noise"] = noise
-        if abs(math.log(step)) <= NOISE_MULTIPLE * noise:
+        if noise is None:
+            row["step_verdict"] = "noise unknown (one run)"
+        elif abs(math.log(step)) <= noise:
             row["step_verdict"] = "inside the noise"
         else:
             row["step_verdict"] = "gain" if step > 1 else "LOSS"
 
 
+def runs_for_steps(prediction, steps=CPU_LIMITED_STEPS, spread=RUN_SPREAD,
+                   limits=CPU_LIMITED_RUNS):
+    """--cpu-limited's runs per chapter, and the step that set it: the
+    fewest runs n for which the smallest predicted step among `steps` is
+    twice the expected uncertainty t * spread * sqrt(2 / n) (t for
+    2n - 2 degrees of freedom), between `limits`."""
+    lo, hi = limits
+    sizes = [(abs(math.log(prediction[b]["mops"] / prediction[a]["mops"])), a, b)
+             for a, b in steps if a in (prediction or {}) and b in (prediction or {})]
+    if not sizes:
+        return hi, None
+    size, a, b = min(sizes)
+    n = lo
+    while n < hi and 2 * t_975(2 * n - 2) * spread * math.sqrt(2 / n) > size:
+        n += 1
+    return n, (a, b, math.exp(size))
+
+
 def steps_table(rows):
-    lines = ["| step | rate ratio | uncertainty (runs' spread) | verdict |", "|---|---:|---:|---|"]
+    lines = ["| step | rate ratio | uncertainty (95%, Welch) | verdict |", "|---|---:|---:|---|"]
     for before, row in zip(rows, rows[1:]):
         if "step" not in row:
             continue
@@ -712,11 +770,11 @@ reported that counter.
 
 {counters_table(rows)}
 
-Each step: the ratio of the chapter's median rate to the one before, with
-its uncertainty, the two chapters' spreads between runs (half the range of
-their runs over the median) added in quadrature. A step moving the rate by
-more than {NOISE_MULTIPLE} times its uncertainty is a gain or a LOSS; a
-smaller one is inside the noise.
+Each step: the ratio of the chapter's geometric mean rate over its runs to
+the one before, with its uncertainty, the half-width of the 95% interval of
+the ratio's log by Welch's t-test on the two chapters' runs (it shrinks as
+runs are added). A step whose interval leaves out no change is a gain or a
+LOSS; any other is inside the noise.
 
 {steps_table(rows)}
 {prediction_text}{census_text(rows)}
@@ -846,7 +904,7 @@ def redraw(out_dir):
     meta, records = data["meta"], data["records"]
     meta["counter_rule"] = counter_rule_of(records)
     rows = summarize(records, meta["settings"]["chapters"], data.get("census"))
-    add_steps(rows)
+    add_steps(rows, records)
     add_predictions(rows, meta.get("prediction"))
     data["rows"] = rows
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -930,8 +988,10 @@ def main():
     run_chapter.add_run_flags(parser)
     parser.add_argument("--chapters", nargs="+", default=None, choices=run_chapter.chapters(),
                         metavar="CHAPTER", help="a subset, in order (default: all)")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="runs per chapter; the median is kept (default 3)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="runs per chapter; the median is kept (default 3; with "
+                             "--cpu-limited, as many as the smallest predicted step needs, "
+                             f"{CPU_LIMITED_RUNS[0]} to {CPU_LIMITED_RUNS[1]})")
     parser.add_argument("--extra-runs", type=int, default=None,
                         help="runs that may replace flagged ones (simnic: preempted, engine "
                              "behind), per chapter (default: 2 over simnic, else 0)")
@@ -996,7 +1056,7 @@ def main():
         if dest.resolve() == src.resolve():
             parser.error(f"--record-from: {src} is already recorded there")
         return record_from(src, dest, not args.no_docs)
-    if args.runs < 1:
+    if args.runs is not None and args.runs < 1:
         parser.error("--runs must be at least 1")
     if args.extra_runs is None:
         args.extra_runs = 2 if args.provider == "simnic" else 0
@@ -1026,7 +1086,9 @@ def main():
                      "add --record to write there, or leave --out out (out/results/)")
     command = taskset_prefix() + "python3 tools/compare.py" + (
         "" if len(sys.argv) < 2 else " " + shlex.join(sys.argv[1:]))
-    print(f"compare: {len(chapter_list)} chapter(s) x {args.runs} run(s) over {args.provider}, "
+    runs_text = ("runs set below" if args.runs is None and args.cpu_limited
+                 else f"{args.runs or 3} run(s)")
+    print(f"compare: {len(chapter_list)} chapter(s) x {runs_text} over {args.provider}, "
           f"{args.memory} memory, {args.gpus} GPU(s) x {args.nics_per_gpu} NIC(s); "
           f"results go to {shown(out_dir)}",
           flush=True)
@@ -1054,6 +1116,20 @@ def main():
         else:
             print("compare: no simnic_bench to measure this machine's primitives: no "
                   "predictions (bazel build //simnic:simnic_bench)", flush=True)
+    if args.runs is None:
+        args.runs = 3
+        if args.cpu_limited:
+            args.runs, smallest = runs_for_steps(prediction)
+            if smallest:
+                a, b, size = smallest
+                print(f"compare: {args.runs} runs per chapter: the smallest predicted step, "
+                      f"{series.number(a)} -> {series.number(b)} x{size:.3f}, is then twice "
+                      f"its expected uncertainty (one run's spread {RUN_SPREAD})"
+                      + (" or the most runs allowed" if args.runs == CPU_LIMITED_RUNS[1]
+                         else ""), flush=True)
+            else:
+                print(f"compare: {args.runs} runs per chapter (no prediction to size them by)",
+                      flush=True)
     with tempfile.TemporaryDirectory(prefix="compare-bin-") as staged:
         if not args.bin_dir:
             if not args.no_build:
@@ -1109,7 +1185,7 @@ def main():
                    "mops": {c: series.series_mops(c) for c in series.CHAPTERS}},
     }
     rows = summarize(records, chapter_list, census)
-    add_steps(rows)
+    add_steps(rows, records)
     add_predictions(rows, prediction)
     replaced = previous_recording(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

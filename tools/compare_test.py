@@ -17,6 +17,7 @@ import math
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -261,14 +262,42 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         records = [{"chapter": c, "ok": True, "gbps": g, "mops": g, "seconds": 1.0}
                    for c, gs in runs.items() for g in gs]
         rows = compare.summarize(records, list(runs))
-        compare.add_steps(rows)
+        compare.add_steps(rows, records)
         self.assertEqual([r.get("step_verdict") for r in rows],
                          [None, "inside the noise", "gain", "LOSS"])
-        self.assertAlmostEqual(rows[1]["step_noise"], math.hypot(0.02, 0.02 / 1.01))
-        self.assertIn("| 12 -> 13 | x1.010 | ±0.028 | inside the noise |",
+        # Welch: equal spreads, 3 runs a side: 4 degrees of freedom.
+        a = [math.log(g) for g in runs["12_pin"]]
+        b = [math.log(g) for g in runs["13_shard"]]
+        se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 3)
+        self.assertAlmostEqual(rows[1]["step_noise"], 2.776 * se, places=4)
+        self.assertIn(f"| 12 -> 13 | x1.010 | ±{2.776 * se:.3f} | inside the noise |",
                       compare.steps_table(rows))
         compare.add_predictions(rows, {"14_batch": {"mops": 2.2}})
         self.assertIn("| 14_batch | 2.200 | 2.000 | +10.0% |", compare.predictions_table(rows))
+
+    def test_more_runs_shrink_a_steps_uncertainty(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        few = compare.step_between([0.0, 0.03, -0.03], [0.04, 0.07, 0.01])
+        many = compare.step_between([0.0, 0.03, -0.03] * 4, [0.04, 0.07, 0.01] * 4)
+        self.assertAlmostEqual(few[0], many[0])
+        self.assertLess(many[1], few[1] / 2)
+        self.assertGreater(few[1], 0.04)   # a +4% step inside the noise with 3 runs
+        self.assertLess(many[1], 0.04)     # and beyond it with 12
+
+    def test_cpu_limited_runs_follow_the_smallest_predicted_step(self):
+        sys.path.insert(0, str(self.root / "tools"))
+        import compare  # noqa: E402
+        pred = {c: {"mops": m} for c, m in (("14_batch", 1.0), ("15_lazy", 1.5),
+                                             ("16_thread_domain", 1.5), ("17_op_pool", 1.8),
+                                             ("18_more", 2.2))}
+        self.assertEqual(compare.runs_for_steps(pred), (3, ("16_thread_domain", "17_op_pool",
+                                                            1.2)))
+        pred["17_op_pool"]["mops"] = 1.53
+        n, smallest = compare.runs_for_steps(pred)
+        self.assertEqual(smallest[:2], ("16_thread_domain", "17_op_pool"))
+        self.assertTrue(3 < n <= 12)
+        self.assertEqual(compare.runs_for_steps(None), (12, None))
 
     def test_simnic_layout_fits_the_cpus(self):
         sys.path.insert(0, str(self.root / "tools"))

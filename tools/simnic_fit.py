@@ -365,7 +365,7 @@ def summary_text(folders):
         keys = sorted(k for k in runs if k[0] == page)
         rounds = sorted({r for k in keys for r, _, _ in runs[k]})
         out += [f"**{page}-byte pages, the lessons' steps** (SIMULATED; rate ratio, "
-                "± its uncertainty from the runs' spread, compare.py's verdict):", "",
+                "± the half-width of its 95% interval (Welch's t-test on the runs), compare.py's verdict):", "",
                 "| CPUs | layout | step | " + " | ".join(f"round {r}" for r in rounds)
                 + " | gain beyond noise | loss beyond noise |",
                 "|---:|---|---|" + "---|" * len(rounds) + "---:|---:|"]
