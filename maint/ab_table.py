@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Two builds of the chapters, side by side: the table of an A/B recording.
+
+Reads compare.py folders named <machine>-ab-<side>-r<round>-simnic-...
+(side: before or now) under DIR, pools each side's counted runs over the
+rounds, and prints, per chapter and page size, each side's geometric mean
+rate, their ratio with the 95% interval of Welch's t-test (compare.py's
+rule for steps) and the program's and the provider's time per WRITE.
+
+  python3 maint/ab_table.py results/core-restructure-speed/interleaved
+"""
+import argparse
+import collections
+import json
+import math
+import pathlib
+import re
+import statistics
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+import compare  # noqa: E402
+
+FOLDER = re.compile(r"-ab-(before|now)-r(\d+)-simnic-host-(\d+x\d+)-page(\d+)$")
+
+
+def collect(root):
+    """{(page, layout, chapter): {side: [records]}} and the rounds seen."""
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    rounds = set()
+    for path in sorted(root.glob("*/results.json")):
+        m = FOLDER.search(path.parent.name)
+        if not m:
+            continue
+        side, rnd, layout, page = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+        rounds.add(rnd)
+        for r in json.loads(path.read_text())["records"]:
+            if r.get("ok") and not r.get("flags") and r.get("gbps", 0) > 0:
+                runs[(page, layout, r["chapter"])][side].append(r)
+    return runs, sorted(rounds)
+
+
+def table(runs):
+    lines = ["| chapter | page | runs before / now | before Mops/s | now Mops/s | now / before "
+             "(95%, Welch) | verdict | ns app before / now | ns provider before / now |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    for (page, layout, chapter) in sorted(runs, key=lambda k: (-k[0], k[2])):
+        b, a = runs[(page, layout, chapter)]["before"], runs[(page, layout, chapter)]["now"]
+        if not b or not a:
+            continue
+        step, noise = compare.step_between([math.log(r["gbps"]) for r in b],
+                                           [math.log(r["gbps"]) for r in a])
+        verdict = ("unchanged within the noise" if noise is not None and abs(math.log(step)) <= noise
+                   else "faster" if step > 1 else "SLOWER")
+
+        def gmean(rs):
+            return math.exp(statistics.fmean(math.log(r["mops"]) for r in rs))
+
+        def ns(rs, key):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            return f"{statistics.median(vals):.0f}" if vals else ""
+        lines.append(f"| {chapter} | {layout}-page{page} | {len(b)} / {len(a)} | {gmean(b):.3f} | "
+                     f"{gmean(a):.3f} | x{step:.3f} ±{noise:.3f} | {verdict} | "
+                     f"{ns(b, 'ns_per_write_app')} / {ns(a, 'ns_per_write_app')} | "
+                     f"{ns(b, 'ns_per_write_provider')} / {ns(a, 'ns_per_write_provider')} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=pathlib.Path, help="folder holding the A/B recordings")
+    args = parser.parse_args()
+    runs, rounds = collect(args.dir)
+    if not runs:
+        parser.error(f"no <machine>-ab-<before|now>-r<N>-simnic-* folders in {args.dir}")
+    print(f"Rounds {', '.join(map(str, rounds))}; runs pooled over them (SIMULATED).\n")
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
