@@ -1,0 +1,33 @@
+"""The interleaved A/B table in results/core-restructure-speed/README.md is
+maint/ab_table.py's output on the recorded folders, not typed.
+
+Reads the source tree (found through the runfiles link of ab_table.py), so
+it is tagged "external": never cached.
+"""
+import os
+import pathlib
+import subprocess
+import sys
+import unittest
+
+
+def source_root():
+    runfiles = pathlib.Path(os.environ.get("TEST_SRCDIR", "")) / os.environ.get("TEST_WORKSPACE", "")
+    link = runfiles / "maint" / "ab_table.py"
+    path = link if link.exists() else pathlib.Path(__file__).parent / "ab_table.py"
+    return path.resolve().parent.parent
+
+
+class AbTableTest(unittest.TestCase):
+    def test_readme_shows_the_tools_output(self):
+        root = source_root()
+        folder = root / "results" / "core-restructure-speed" / "interleaved"
+        out = subprocess.run([sys.executable, str(root / "maint" / "ab_table.py"), str(folder)],
+                             capture_output=True, text=True, check=True).stdout
+        readme = (root / "results" / "core-restructure-speed" / "README.md").read_text()
+        self.assertIn(out.strip(), readme)
+        self.assertIn("| 12_pin | 8x4-page256 | 9 / 9 |", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
