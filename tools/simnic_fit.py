@@ -427,7 +427,7 @@ def print_costs_table(path=COSTS_HEADER):
     print("| variable | frozen value | rule |")
     print("|---|---:|---|")
     pattern = (r"^inline constexpr \w+ (k\w+) = ([0-9.]+);\s*// (SIMNIC_\w+): (.*)\n"
-               r"((?:\s+//.*\n)*)")  # a rule may go on in comments aligned under it
+               r"((?:[ \t]+//.*\n)*)")  # a rule may go on in comments aligned under it
     for m in re.finditer(pattern, pathlib.Path(path).read_text(), re.M):
         rule = " ".join([m[4].strip()] + [line.strip()[2:].strip()
                                           for line in m[5].splitlines()])

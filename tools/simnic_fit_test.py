@@ -73,6 +73,17 @@ class SimnicFitTest(unittest.TestCase):
                      "kMigrateUs", "kRemoteNumaFactor", "kLineGbps", "kScale"):
             self.assertIn(f"{name} = {costs[name]:g};", header)
 
+    def test_costs_table_keeps_each_rule_to_its_own_line(self):
+        out = self.run_tool("--costs")
+        rows = [line for line in out.splitlines() if line.startswith("| `SIMNIC_")]
+        self.assertEqual(len(rows), 14, out)
+        # A rule continued under its constant is joined; the comment that
+        # introduces the next constant is not.
+        self.assertIn("| `SIMNIC_SCALE` | 256 | 64 KiB / 256 = 256-byte pages keep the p5's "
+                      "6.1 M WRITEs/s at 1/256 of its bytes |", out)
+        self.assertIn("| `SIMNIC_RX_DEPTH` | 8192 | EFA's rx_attr->size on a p5 |", out)
+        self.assertNotIn("Rule:", out)
+
     def test_prediction_is_the_formula_on_the_primitives(self):
         prims = pathlib.Path(self.dir.name) / "prims.txt"
         prims.write_text("noise before\nsimnic_primitives {\"post_ns\": 0, \"cq_read_ns\": 0, "
