@@ -312,6 +312,18 @@ class DocsCheckTest(unittest.TestCase):
             self.assertIn("**SIMULATED** (simnic), 2 CPUs", row)
             self.assertEqual(check(copy).returncode, 0)
 
+    def test_check_catches_a_cost_that_moved(self):
+        # docs/simnic.md's costs table is made from simnic/costs.h.
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = copy_tree(tmp)
+            self.assertIn("<!-- costs:begin simnic -->",
+                          (copy / "docs" / "simnic.md").read_text())
+            header = copy / "simnic" / "costs.h"
+            header.write_text(header.read_text().replace("kCqPollNs = 257;", "kCqPollNs = 258;"))
+            result = check(copy)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("| `SIMNIC_CQ_POLL_NS` | 258 |", result.stdout + result.stderr)
+
     def test_check_catches_a_stale_ladder_summary(self):
         # results/h200x2-fresh/README.md's summary is made from its folders:
         # a step changed in one folder's results.json makes it stale.

@@ -42,6 +42,9 @@ hand:
                                      (tools/simnic_fit.py --summary); a
                                      results/<group>/README.md holding one
                                      is checked like the pages
+  <!-- costs:begin simnic -->        simnic/costs.h as a table: each frozen
+  <!-- costs:end -->                 cost, its variable and its rule
+                                     (tools/simnic_fit.py --costs)
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
   <!-- output:end -->                ("What you should see"): the transcript
                                      docs/output/14_batch.txt, which
@@ -112,7 +115,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 import series  # noqa: E402
 import simnic_fit  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder|costs):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -371,6 +374,13 @@ def render_ladder(repo, group):
     if not folders:
         raise BlockError(f"ladder:begin {group}: no results/{group}/*/results.json")
     return simnic_fit.summary_text(folders)
+
+
+def render_costs(repo, arg):
+    """simnic's frozen costs, each with its rule (tools/simnic_fit.py --costs)."""
+    if arg != "simnic":
+        raise BlockError(f"costs:begin {arg}: only `simnic` exists")
+    return simnic_fit.costs_table(repo.root / "simnic" / "costs.h")
 
 
 def render_series(arg):
@@ -894,6 +904,8 @@ def regenerate(repo, page):
             body = render_counters(repo, arg, prefix)
         elif kind == "ladder":
             body = render_ladder(repo, arg)
+        elif kind == "costs":
+            body = render_costs(repo, arg)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:

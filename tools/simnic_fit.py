@@ -422,16 +422,16 @@ def compare_folders(paths):
     return found
 
 
-def print_costs_table(path=COSTS_HEADER):
+def costs_table(path=COSTS_HEADER):
     """simnic/costs.h as a Markdown table: variable, frozen value, rule."""
-    print("| variable | frozen value | rule |")
-    print("|---|---:|---|")
+    lines = ["| variable | frozen value | rule |", "|---|---:|---|"]
     pattern = (r"^inline constexpr \w+ (k\w+) = ([0-9.]+);\s*// (SIMNIC_\w+): (.*)\n"
                r"((?:[ \t]+//.*\n)*)")  # a rule may go on in comments aligned under it
     for m in re.finditer(pattern, pathlib.Path(path).read_text(), re.M):
         rule = " ".join([m[4].strip()] + [line.strip()[2:].strip()
                                           for line in m[5].splitlines()])
-        print(f"| `{m[3]}` | {float(m[2]):g} | {rule} |")
+        lines.append(f"| `{m[3]}` | {float(m[2]):g} | {rule} |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -468,7 +468,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
     if args.costs:
-        print_costs_table()
+        print(costs_table(), end="")
         return 0
     if args.predict:
         if not args.primitives:
