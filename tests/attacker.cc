@@ -19,12 +19,22 @@
 //              then a PROBE every 2 s as a waiting client sends: ends with
 //              "attacker: heard BUSY after S s" (exit 0) when the server
 //              answers BUSY, the sign to send both again, or exit 1
+//   forged     CONNECTs that declare a bystander's address (a second
+//              endpoint of this process, whose memory holds a pattern):
+//              its session, every NIC address and every region are the
+//              bystander's; each is followed by a RANDOM_FILL with a
+//              guessed cookie, as fast as the provider takes them. Ends
+//              with "attacker: the bystander is untouched (...)" (exit 0)
+//              when none of the bystander's bytes changed, or exit 1. The
+//              bystander counts the CHALLENGEs that reach it and never
+//              hands them to the attacker.
 // Other modes never read what the server answers. At the end it prints one
 // line: "attacker: sent N message(s) in S s".
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -92,7 +102,10 @@ class Attacker {
         rng_(std::random_device{}()) {
     server_ = net_.AddPeer(FromHex(o.server));
   }
-  ~Attacker() { Recovery::CloseEndpoint(net_); }  // before the buffers go
+  ~Attacker() {  // endpoints close before the buffers go
+    if (bystander_) Recovery::CloseEndpoint(bystander_->net);
+    Recovery::CloseEndpoint(net_);
+  }
 
   size_t Run() {
     const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -106,6 +119,7 @@ class Attacker {
       return sent_;
     }
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
+    if (o_.mode == "forged") return Forge(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
       net_.PollCompletion();
@@ -137,6 +151,94 @@ class Attacker {
   static constexpr size_t kSlotSize = 8192;
 
   Session NewSession() { return Session{rng_() | 1, net_.address()}; }
+
+  // Another endpoint of the provider, as a bystander process would have
+  // one: memory registered for remote writes, filled with a pattern, and
+  // receives posted so that whatever the server sends there is taken.
+  struct Bystander {
+    explicit Bystander(const fi_info& info)
+        : net(info),
+          memory(Buffer::Allocate(MemoryKind::kHost, -1, 1 << 20)),
+          region(net.Register(memory)),
+          inbox(Buffer::Allocate(MemoryKind::kHost, -1, kInboxSlots * kSlotSize)),
+          inbox_region(net.Register(inbox)) {
+      std::vector<uint8_t> pattern(memory.size(), kPattern);
+      memory.CopyFromHost(0, pattern.data(), pattern.size());
+      for (size_t slot = 0; slot < kInboxSlots; ++slot) Listen(slot);
+    }
+    void Listen(size_t slot) {
+      char* buf = static_cast<char*>(inbox.data()) + slot * kSlotSize;
+      net.PostRecv(buf, kSlotSize, inbox_region.desc(), [this, slot](Network&, RdmaOp& op) {
+        if (op.error == FI_ECANCELED) return;
+        if (op.ok()) {
+          try {
+            const auto* data = static_cast<const uint8_t*>(op.buf);
+            challenges += DecodeHeader(data, op.received).type == MessageType::kChallenge;
+          } catch (const ProtocolError&) {
+          }
+          ++received;
+        }
+        Listen(slot);
+      });
+    }
+    // Bytes of the pattern that changed.
+    size_t Changed() const {
+      std::vector<uint8_t> now(memory.size());
+      memory.CopyToHost(0, now.data(), now.size());
+      size_t changed = 0;
+      for (uint8_t byte : now) changed += byte != kPattern;
+      return changed;
+    }
+    static constexpr uint8_t kPattern = 0xB5;
+    static constexpr size_t kInboxSlots = 8;
+    Network net;
+    Buffer memory;
+    MemoryRegion region;
+    Buffer inbox;
+    MemoryRegion inbox_region;
+    size_t received = 0;
+    size_t challenges = 0;
+  };
+
+  // The server must never write to an address that did not prove it
+  // receives there: no guessed cookie may pair a CONNECT that declares the
+  // bystander with a RANDOM_FILL.
+  size_t Forge(Clock::time_point end) {
+    bystander_ = std::make_unique<Bystander>(*infos_[0]);
+    ConnectMessage connect = Connect();
+    for (auto& address : connect.nic_addresses) address = bystander_->net.address();
+    for (auto& region : connect.regions) {
+      region = RemoteRegion{bystander_->region.remote_addr(), bystander_->region.size(),
+                            bystander_->region.key()};
+    }
+    while (Clock::now() < end) {
+      net_.PollCompletion();
+      bystander_->net.PollCompletion();
+      if (net_.outstanding_transmits() + net_.pending() + 2 > kSlots) continue;
+      Session forged{rng_() | 1, bystander_->net.address()};
+      RandomFillRequest fill = Fill();
+      fill.cookie = rng_() | 1;  // a guess: the bystander keeps the real one
+      Post(Encode(connect, forged));
+      Post(Encode(fill, forged));
+    }
+    // Writes that were under way land within moments.
+    auto settle = Clock::now() + std::chrono::seconds(1);
+    while (Clock::now() < settle) {
+      net_.PollCompletion();
+      bystander_->net.PollCompletion();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    size_t changed = bystander_->Changed();
+    if (changed > 0) {
+      throw RuntimeError("the server wrote " + std::to_string(changed) +
+                         " byte(s) into the bystander's memory");
+    }
+    std::printf(
+        "attacker: the bystander is untouched (%zu message(s) reached it, %zu of them "
+        "CHALLENGEs)\n",
+        bystander_->received, bystander_->challenges);
+    return sent_;
+  }
 
   size_t ProbeUntilBusy(Clock::time_point end) {
     Session session = NewSession();
@@ -236,6 +338,7 @@ class Attacker {
   size_t next_slot_ = 0;
   size_t sent_ = 0;
   size_t malformed_ = 0;
+  std::unique_ptr<Bystander> bystander_;
 };
 
 }  // namespace
