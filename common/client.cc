@@ -1,6 +1,7 @@
 #include "common/client.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -34,7 +35,9 @@ constexpr double kStuckSeconds = 10.0;
 constexpr double kProbeSeconds = 2.0;
 constexpr double kServerGoneSeconds = 10.0;
 // A CONNECT that the server answers with neither its cookie (CHALLENGE)
-// nor BUSY within this long was lost: the client asks again.
+// nor BUSY within this long may have been lost: the client sends it again,
+// in the same session (the server sends the same cookie again), until the
+// server has been silent for kServerGoneSeconds.
 constexpr double kChallengeSeconds = 3.0;
 
 class RandomFillClient {
@@ -102,11 +105,10 @@ class RandomFillClient {
       // queue our name at the server: harness/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
       NewSession();
-      Send(server, Encode(MakeConnect(), session_), "CONNECT");
       // The server writes only to a client that proved it receives at its
       // session's address: it sends a cookie there, which the RANDOM_FILL
       // echoes (one more round trip).
-      if (WaitForChallenge(run_deadline)) {
+      if (ConnectForCookie(run_deadline)) {
         request.cookie = cookie_.load();
         start = Clock::now();
         Send(server, Encode(request, session_), "RANDOM_FILL");
@@ -154,22 +156,25 @@ class RandomFillClient {
   // whole.
   void NewSession() {
     session_.nonce = UnpredictableNonZero64();
+    recent_nonces_[recent_next_++ % recent_nonces_.size()] = session_.nonce;
     cookie_ = 0;
     busy_flag_ = false;
     notices_ = 0;
   }
 
-  // After the CONNECT: true once the server sent this session its cookie
-  // (CHALLENGE); false when it answered BUSY, or nothing within
-  // kChallengeSeconds (the CONNECT or its answer was lost: ask again). A
+  // Sends CONNECT; true once the server sent this session its cookie
+  // (CHALLENGE), false when it answered BUSY or --timeout is over. A
+  // CONNECT that hears nothing for kChallengeSeconds is sent again in the
+  // same session, so that a CHALLENGE that was only slow still counts. A
   // REJECT ends the client (PollAll); so does a server that answered
   // nothing at all for kServerGoneSeconds, or whose process is gone (shm).
-  bool WaitForChallenge(Clock::time_point deadline) {
-    const auto sent = Clock::now();
-    const auto until =
-        std::min(deadline, sent + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(kChallengeSeconds)));
-    auto next_liveness_check = sent + std::chrono::milliseconds(100);
+  bool ConnectForCookie(Clock::time_point deadline) {
+    const std::vector<uint8_t> connect = Encode(MakeConnect(), session_);
+    Send(server_, connect, "CONNECT");
+    const auto challenge_wait = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(kChallengeSeconds));
+    auto resend = Clock::now() + challenge_wait;
+    auto next_liveness_check = Clock::now() + std::chrono::milliseconds(100);
     while (true) {
       PollAll();
       if (cookie_.load() != 0) return true;
@@ -185,17 +190,21 @@ class RandomFillClient {
                              ") is gone: it stopped or died before it answered our CONNECT");
         }
       }
-      if (now >= until) break;
+      if (now >= deadline) {
+        busy_reason_ = "no cookie (CHALLENGE) for our CONNECT";
+        return false;
+      }
+      if (now >= resend) {
+        if (now - last_reply_at_.load() > std::chrono::duration<double>(kServerGoneSeconds)) {
+          throw RuntimeError("the server stopped answering: no reply to our CONNECTs for " +
+                             FormatSeconds(kServerGoneSeconds) +
+                             " s; it died, lost its network, or is not a server of this tutorial");
+        }
+        Send(server_, connect, "CONNECT");
+        resend = Clock::now() + challenge_wait;
+      }
       std::this_thread::yield();
     }
-    if (Clock::now() - last_reply_at_.load() > std::chrono::duration<double>(kServerGoneSeconds)) {
-      throw RuntimeError("the server stopped answering: no reply to our CONNECTs for " +
-                         FormatSeconds(kServerGoneSeconds) +
-                         " s; it died, lost its network, or is not a server of this tutorial");
-    }
-    busy_reason_ =
-        "no cookie (CHALLENGE) within " + FormatSeconds(kChallengeSeconds) + " s of our CONNECT";
-    return false;
   }
 
   // Waits `seconds` while NIC 0 keeps progressing (a provider may need it
@@ -419,7 +428,14 @@ class RandomFillClient {
                      try {
                        MessageHeader header = DecodeHeader(data, op.received);
                        if (header.session.nonce != session_.nonce) {
-                         ListenForReply();  // not about this attempt's session
+                         // Not about this attempt's session; one of an
+                         // older attempt still says the server lives.
+                         for (uint64_t nonce : recent_nonces_) {
+                           if (nonce != 0 && nonce == header.session.nonce) {
+                             last_reply_at_ = Clock::now();
+                           }
+                         }
+                         ListenForReply();
                          return;
                        }
                        if (header.type == MessageType::kChallenge) {
@@ -624,7 +640,9 @@ class RandomFillClient {
   Session session_;                                 // this attempt's (NewSession)
   std::atomic<uint64_t> cookie_{0};                 // the CHALLENGE's of this attempt, once it came
   std::atomic<Clock::time_point> last_reply_at_{};  // any reply of our sessions
-  std::atomic<bool> heard_{false};                  // any reply of our session since the last look
+  std::array<uint64_t, 8> recent_nonces_{};         // the last attempts' (NewSession)
+  size_t recent_next_ = 0;
+  std::atomic<bool> heard_{false};  // any reply of our session since the last look
   std::atomic<bool> probe_in_flight_{false};
   Clock::time_point heard_at_{};  // the polling thread's
   Clock::time_point next_probe_{};

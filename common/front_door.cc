@@ -111,18 +111,20 @@ PendingConnects::Kept PendingConnects::Keep(const Session& session, ConnectMessa
                                             TimePoint now) {
   Kept kept;
   std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t cookie = 0;  // a session that sends its CONNECT again keeps its cookie
   for (auto it = entries_.begin(); it != entries_.end();) {
     bool same_address = it->session.address == session.address;
     bool expired = now - it->arrived > max_age_;
     if (same_address || expired) {
       if (!same_address) ++kept.expired;
+      if (it->session == session && !expired) cookie = it->cookie;
       it = entries_.erase(it);
     } else {
       ++it;
     }
   }
   if (entries_.size() >= capacity_) return kept;
-  kept.cookie = UnpredictableNonZero64();
+  kept.cookie = cookie != 0 ? cookie : UnpredictableNonZero64();
   entries_.push_back(Entry{session, kept.cookie, std::move(connect), now});
   return kept;
 }

@@ -99,7 +99,7 @@ class RateLimitedLog {
 };
 
 // CONNECTs kept until the RANDOM_FILL of their session: one per address (a
-// newer session of the same address replaces the older one), at most
+// newer session of the same address replaces the older one, and its cookie), at most
 // `capacity` in all, each for `max_age` at most. Each is kept with a cookie
 // of its own, a random number (UnpredictableNonZero64) that the server
 // sends only to the session's address (CHALLENGE): a RANDOM_FILL that
@@ -114,7 +114,9 @@ class PendingConnects {
     uint64_t cookie = 0;  // 0: no room, nothing kept
     size_t expired = 0;   // CONNECTs of other addresses dropped for their age
   };
-  // Keeps `connect` of `session`, arrived at `now`, with a new cookie.
+  // Keeps `connect` of `session`, arrived at `now`, with a new cookie, or
+  // with the cookie it already has when the same session sends its CONNECT
+  // again (a client whose CHALLENGE was slow or lost).
   Kept Keep(const Session& session, ConnectMessage connect, TimePoint now);
 
   enum class Pairing { kPaired, kNoConnect, kWrongCookie };

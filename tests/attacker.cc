@@ -15,7 +15,8 @@
 //              sessions naming random addresses (nobody, or a stranger)
 //   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
 //              no progress at all: a client that stops reading
-//   forgotten  one good CONNECT naming this endpoint, its RANDOM_FILL lost,
+//   forgotten  one good CONNECT naming this endpoint (its CHALLENGE is
+//              read and ignored), its RANDOM_FILL lost,
 //              then a PROBE every 2 s as a waiting client sends: ends with
 //              "attacker: heard BUSY after S s" (exit 0) when the server
 //              answers BUSY, the sign to send both again, or exit 1
@@ -28,8 +29,13 @@
 //              when none of the bystander's bytes changed, or exit 1. The
 //              bystander counts the CHALLENGEs that reach it and never
 //              hands them to the attacker.
+//   cookie-rtt not an attack: one CONNECT (a new session each) every
+//              110 ms, timing each until its CHALLENGE arrives, the round
+//              trip a client now waits before its RANDOM_FILL. Prints
+//              "attacker: N CHALLENGE(s): first F us, median M us, 90% P us"
 // Other modes never read what the server answers. At the end it prints one
 // line: "attacker: sent N message(s) in S s".
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -120,6 +126,7 @@ class Attacker {
     }
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
     if (o_.mode == "forged") return Forge(end);
+    if (o_.mode == "cookie-rtt") return TimeChallenges(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
       net_.PollCompletion();
@@ -242,15 +249,11 @@ class Attacker {
 
   size_t ProbeUntilBusy(Clock::time_point end) {
     Session session = NewSession();
+    ListenForBusy();
     SendNow(Encode(Connect(), session));
-    bool busy = false;
-    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [&busy](Network&, RdmaOp& op) {
-      const auto* data = static_cast<const uint8_t*>(op.buf);
-      busy = op.error == 0 && DecodeHeader(data, op.received).type == MessageType::kBusy;
-    });
     const auto start = Clock::now();
     auto next_probe = start;
-    while (!busy && Clock::now() < end) {
+    while (!heard_busy_ && Clock::now() < end) {
       if (Clock::now() >= next_probe) {
         next_probe += std::chrono::seconds(2);
         SendNow(EncodeEmpty(MessageType::kProbe, session));
@@ -258,10 +261,67 @@ class Attacker {
       net_.PollCompletion();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (!busy) throw RuntimeError("no BUSY for a session whose RANDOM_FILL was lost");
+    if (!heard_busy_) throw RuntimeError("no BUSY for a session whose RANDOM_FILL was lost");
     std::printf("attacker: heard BUSY after %.1f s\n",
                 std::chrono::duration<double>(Clock::now() - start).count());
     return sent_;
+  }
+
+  size_t TimeChallenges(Clock::time_point end) {
+    std::vector<double> micros;
+    while (Clock::now() < end) {
+      Session session = NewSession();
+      challenge_for_ = session.nonce;
+      challenged_ = false;
+      ListenForChallenge();
+      auto sent = Clock::now();
+      Post(Encode(Connect(), session));
+      auto deadline = sent + std::chrono::seconds(2);
+      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+      if (challenged_) {
+        micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+      }
+      // The server sends one CHALLENGE per address and 100 ms.
+      auto next = sent + std::chrono::milliseconds(110);
+      while (Clock::now() < next) net_.PollCompletion();
+    }
+    if (micros.empty()) throw RuntimeError("no CHALLENGE came");
+    double first = micros.front();
+    std::sort(micros.begin(), micros.end());
+    std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
+                micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    return sent_;
+  }
+
+  // One receive for the CHALLENGE of the session `challenge_for_`.
+  void ListenForChallenge() {
+    if (listening_) return;
+    listening_ = true;
+    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [this](Network&, RdmaOp& op) {
+      listening_ = false;
+      if (op.error != 0) return;
+      try {
+        const auto* data = static_cast<const uint8_t*>(op.buf);
+        MessageHeader header = DecodeHeader(data, op.received);
+        challenged_ |=
+            header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+      } catch (const ProtocolError&) {
+      }
+      ListenForChallenge();
+    });
+  }
+
+  // Replies until a BUSY (a CHALLENGE comes first: the CONNECT was kept).
+  void ListenForBusy() {
+    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [this](Network&, RdmaOp& op) {
+      if (op.error != 0) return;
+      try {
+        const auto* data = static_cast<const uint8_t*>(op.buf);
+        heard_busy_ = DecodeHeader(data, op.received).type == MessageType::kBusy;
+      } catch (const ProtocolError&) {
+      }
+      if (!heard_busy_) ListenForBusy();
+    });
   }
 
   // The server's layout; every region is our one buffer.
@@ -339,6 +399,10 @@ class Attacker {
   size_t sent_ = 0;
   size_t malformed_ = 0;
   std::unique_ptr<Bystander> bystander_;
+  bool heard_busy_ = false;
+  uint64_t challenge_for_ = 0;  // cookie-rtt
+  bool challenged_ = false;
+  bool listening_ = false;
 };
 
 }  // namespace

@@ -139,6 +139,18 @@ TEST(PendingConnects, CookiesDifferAndANewSessionOfAnAddressReplacesTheOld) {
   EXPECT_EQ(connect.num_gpus, 2u);
 }
 
+// A client whose CHALLENGE was slow sends its CONNECT again, in the same
+// session: either CHALLENGE that reaches it carries the cookie that pairs.
+TEST(PendingConnects, AConnectSentAgainInItsSessionKeepsItsCookie) {
+  PendingConnects pending(4, kMaxAge);
+  auto t0 = Clock::now();
+  uint64_t first = pending.Keep(Client(7), ConnectOf(1), t0).cookie;
+  EXPECT_EQ(pending.Keep(Client(7), ConnectOf(1), t0 + std::chrono::seconds(3)).cookie, first);
+  EXPECT_EQ(pending.size(), 1u);
+  // Past its age, a CONNECT sent again is a new one, with a new cookie.
+  EXPECT_NE(pending.Keep(Client(7), ConnectOf(1), t0 + kMaxAge * 2).cookie, first);
+}
+
 TEST(PendingConnects, BoundedInNumberAndAge) {
   PendingConnects pending(2, kMaxAge);
   auto t0 = Clock::now();
