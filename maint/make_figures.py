@@ -327,8 +327,8 @@ def timeline(layout, facts):
     svg.text(228, 140, f"SEND {connect}", 11, "end")
     svg.text(228, 154, "addresses, (addr, size, key)", 10, "end", color=COLORS["muted"])
     svg.line(270, lanes["server"] - 16, 290, lanes["client"] + 16, arrow=True, width=1.6)
-    svg.text(336, 184, f"{challenge}: a cookie, sent to the client's NIC 0", 10,
-             color=COLORS["muted"])
+    svg.text(276, 254, challenge, 11, "middle")
+    svg.text(276, 267, "a cookie, to NIC 0", 10, "middle", color=COLORS["muted"])
     svg.line(298, lanes["client"] + 16, 326, lanes["server"] - 16, arrow=True, width=1.6)
     svg.text(310, 120, f"SEND {fill}", 11)
     svg.text(310, 134, "cookie, context, seed, page size, slots", 10, color=COLORS["muted"])
