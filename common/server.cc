@@ -760,6 +760,10 @@ class RandomFillServer {
   // "" or a note on why no reply went out.
   std::string SendReply(const Session& to, const std::vector<uint8_t>& message) {
     if (IsOwnAddress(to.address)) return "; no reply sent: the sender named this server";
+    // shm: a process that died may have held its own queue's lock, on which
+    // a send would spin forever (a CHALLENGE follows every CONNECT, so a
+    // client killed right after its CONNECT meets one).
+    if (PeerKnownDead(front_door_, to.address)) return "; no reply sent: its process is gone";
     if (message.size() > kReplySlotSize) return "; no reply sent: too long";
     CollectReplies();
     // BUSYs, which a flood earns, leave a quarter of the slots to the
