@@ -1,6 +1,7 @@
 #include "common/client.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,11 @@ constexpr double kStuckSeconds = 10.0;
 // client nothing when its server dies; shm names the process).
 constexpr double kProbeSeconds = 2.0;
 constexpr double kServerGoneSeconds = 10.0;
+// A CONNECT that the server answers with neither its cookie (CHALLENGE)
+// nor BUSY within this long may have been lost: the client sends it again,
+// in the same session (the server sends the same cookie again), until the
+// server has been silent for kServerGoneSeconds.
+constexpr double kChallengeSeconds = 3.0;
 
 class RandomFillClient {
  public:
@@ -47,9 +53,7 @@ class RandomFillClient {
         reply_region_(nic0_.Register(reply_buffer_)),
         probe_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, 64 + kMaxAddressLength)),
         probe_region_(nic0_.Register(probe_buffer_)) {
-    // The session: a random nonce, and where the server's replies go.
-    std::random_device random;
-    while (session_.nonce == 0) session_.nonce = (uint64_t{random()} << 32) | random();
+    // Where the server's replies go; each attempt picks its own nonce.
     session_.address = nic0_.address();
   }
 
@@ -76,6 +80,8 @@ class RandomFillClient {
 
     RandomFillRequest request = MakeRequest();
     remote_context_ = request.remote_context;
+    last_reply_at_ = Clock::now();
+    ListenForReply();
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
@@ -95,21 +101,25 @@ class RandomFillClient {
     size_t expected = node_.num_gpus() * node_.nics_per_gpu();
     Clock::time_point start;
     for (int attempt = 1;; ++attempt) {
-      ListenForReply();
       // A client stopped before it said anything sends nothing (shm would
       // queue our name at the server: harness/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
-      notices_ = 0;
-      Send(server, Encode(MakeConnect(), session_), "CONNECT");
-      start = Clock::now();
-      Send(server, Encode(request, session_), "RANDOM_FILL");
-      std::printf(
-          "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
-          "the server's writes...\n",
-          request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
-          static_cast<unsigned long long>(request.seed));
-      std::fflush(stdout);
-      if (WaitForNotices(expected, run_deadline)) break;
+      NewSession();
+      // The server writes only to a client that proved it receives at its
+      // session's address: it sends a cookie there, which the RANDOM_FILL
+      // echoes (one more round trip).
+      if (ConnectForCookie(run_deadline)) {
+        request.cookie = cookie_.load();
+        start = Clock::now();
+        Send(server, Encode(request, session_), "RANDOM_FILL");
+        std::printf(
+            "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
+            "the server's writes...\n",
+            request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
+            static_cast<unsigned long long>(request.seed));
+        std::fflush(stdout);
+        if (WaitForNotices(expected, run_deadline)) break;
+      }
       double left = std::chrono::duration<double>(run_deadline - Clock::now()).count();
       if (left <= 0) {
         throw RuntimeError("the server stayed busy for the whole --timeout (" +
@@ -137,6 +147,64 @@ class RandomFillClient {
     char text[32];
     std::snprintf(text, sizeof(text), "%g", seconds);
     return text;
+  }
+
+  // A new session for every attempt: a new random nonce (the kernel's, not
+  // a guessable sequence), so that a late reply to an older attempt (a
+  // BUSY, a CHALLENGE) names another session and is ignored. Only the main
+  // thread polls between attempts, so the reply callback sees either nonce
+  // whole.
+  void NewSession() {
+    session_.nonce = UnpredictableNonZero64();
+    recent_nonces_[recent_next_++ % recent_nonces_.size()] = session_.nonce;
+    cookie_ = 0;
+    busy_flag_ = false;
+    notices_ = 0;
+  }
+
+  // Sends CONNECT; true once the server sent this session its cookie
+  // (CHALLENGE), false when it answered BUSY or --timeout is over. A
+  // CONNECT that hears nothing for kChallengeSeconds is sent again in the
+  // same session, so that a CHALLENGE that was only slow still counts. A
+  // REJECT ends the client (PollAll); so does a server that answered
+  // nothing at all for kServerGoneSeconds, or whose process is gone (shm).
+  bool ConnectForCookie(Clock::time_point deadline) {
+    const std::vector<uint8_t> connect = Encode(MakeConnect(), session_);
+    Send(server_, connect, "CONNECT");
+    const auto challenge_wait = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(kChallengeSeconds));
+    auto resend = Clock::now() + challenge_wait;
+    auto next_liveness_check = Clock::now() + std::chrono::milliseconds(100);
+    while (true) {
+      PollAll();
+      if (cookie_.load() != 0) return true;
+      if (busy_flag_.exchange(false)) return false;
+      if (StopRequested()) throw RuntimeError("interrupted while waiting for the server's cookie");
+      auto now = Clock::now();
+      if (now >= next_liveness_check) {
+        next_liveness_check = now + std::chrono::milliseconds(100);
+        if (PeerKnownDead(nic0_, server_address_)) {
+          RemoveFilesOfDeadPeers(nic0_, {server_address_});
+          throw RuntimeError("the server (process " +
+                             std::to_string(PeerProcess(nic0_, server_address_)) +
+                             ") is gone: it stopped or died before it answered our CONNECT");
+        }
+      }
+      if (now >= deadline) {
+        busy_reason_ = "no cookie (CHALLENGE) for our CONNECT";
+        return false;
+      }
+      if (now >= resend) {
+        if (now - last_reply_at_.load() > std::chrono::duration<double>(kServerGoneSeconds)) {
+          throw RuntimeError("the server stopped answering: no reply to our CONNECTs for " +
+                             FormatSeconds(kServerGoneSeconds) +
+                             " s; it died, lost its network, or is not a server of this tutorial");
+        }
+        Send(server_, connect, "CONNECT");
+        resend = Clock::now() + challenge_wait;
+      }
+      std::this_thread::yield();
+    }
   }
 
   // Waits `seconds` while NIC 0 keeps progressing (a provider may need it
@@ -347,9 +415,11 @@ class RandomFillClient {
   }
 
   // The server's answer, if any: a REJECT (which ends the run), a BUSY
-  // (ask again later) or an ALIVE (a PROBE's answer). One receive, posted
-  // again after each BUSY or ALIVE, and after a message of another session
-  // (a server's reply carries the nonce of the session it answers).
+  // (ask again later), a CHALLENGE (the cookie our RANDOM_FILL echoes) or
+  // an ALIVE (a PROBE's answer). One receive, posted once and again after
+  // every reply but a REJECT; a reply that names another session (an older
+  // attempt's, or nobody's: a server's reply carries the nonce of the
+  // session it answers) is ignored.
   void ListenForReply() {
     nic0_.PostRecv(reply_buffer_.data(), reply_buffer_.size(), reply_region_.desc(),
                    [this](Network&, RdmaOp& op) {
@@ -358,10 +428,26 @@ class RandomFillClient {
                      try {
                        MessageHeader header = DecodeHeader(data, op.received);
                        if (header.session.nonce != session_.nonce) {
-                         ListenForReply();  // not about our session: not for us
+                         // Not about this attempt's session; one of an
+                         // older attempt still says the server lives.
+                         for (uint64_t nonce : recent_nonces_) {
+                           if (nonce != 0 && nonce == header.session.nonce) {
+                             last_reply_at_ = Clock::now();
+                           }
+                         }
+                         ListenForReply();
+                         return;
+                       }
+                       if (header.type == MessageType::kChallenge) {
+                         uint64_t cookie = DecodeChallenge(data, op.received).cookie;
+                         last_reply_at_ = Clock::now();
+                         uint64_t none = 0;
+                         cookie_.compare_exchange_strong(none, cookie);
+                         ListenForReply();
                          return;
                        }
                        heard_ = true;
+                       last_reply_at_ = Clock::now();
                        if (header.type == MessageType::kAlive) {
                          ListenForReply();
                          return;
@@ -369,6 +455,7 @@ class RandomFillClient {
                        if (header.type == MessageType::kBusy) {
                          busy_reason_ = DecodeBusy(data, op.received).reason;
                          busy_flag_.store(true, std::memory_order_release);
+                         ListenForReply();
                          return;
                        }
                      } catch (const ProtocolError&) {
@@ -550,7 +637,11 @@ class RandomFillClient {
   MemoryRegion reply_region_;
   Buffer probe_buffer_;
   MemoryRegion probe_region_;
-  Session session_;
+  Session session_;                                 // this attempt's (NewSession)
+  std::atomic<uint64_t> cookie_{0};                 // the CHALLENGE's of this attempt, once it came
+  std::atomic<Clock::time_point> last_reply_at_{};  // any reply of our sessions
+  std::array<uint64_t, 8> recent_nonces_{};         // the last attempts' (NewSession)
+  size_t recent_next_ = 0;
   std::atomic<bool> heard_{false};  // any reply of our session since the last look
   std::atomic<bool> probe_in_flight_{false};
   Clock::time_point heard_at_{};  // the polling thread's

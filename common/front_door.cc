@@ -107,4 +107,55 @@ void RateLimitedLog::Flush(Clock::time_point now, bool force) {
   window_start_ = now;
 }
 
+PendingConnects::Kept PendingConnects::Keep(const Session& session, ConnectMessage connect,
+                                            TimePoint now) {
+  Kept kept;
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t cookie = 0;  // a session that sends its CONNECT again keeps its cookie
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    bool same_address = it->session.address == session.address;
+    bool expired = now - it->arrived > max_age_;
+    if (same_address || expired) {
+      if (!same_address) ++kept.expired;
+      if (it->session == session && !expired) cookie = it->cookie;
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (entries_.size() >= capacity_) return kept;
+  kept.cookie = cookie != 0 ? cookie : UnpredictableNonZero64();
+  entries_.push_back(Entry{session, kept.cookie, std::move(connect), now});
+  return kept;
+}
+
+PendingConnects::Pairing PendingConnects::Take(const Session& session, uint64_t cookie,
+                                               ConnectMessage* connect) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->session != session) continue;
+    bool match = it->cookie == cookie;
+    if (match) *connect = std::move(it->connect);
+    entries_.erase(it);
+    return match ? Pairing::kPaired : Pairing::kWrongCookie;
+  }
+  return Pairing::kNoConnect;
+}
+
+bool PendingConnects::Forget(const Session& session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->session == session) {
+      entries_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t PendingConnects::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
 }  // namespace tutorial

@@ -10,6 +10,10 @@
 //   away) per address and interval, so a flood is not answered in kind.
 // - RateLimitedLog: a few lines per interval in full, then one line with
 //   the count of those left out.
+// - PendingConnects: CONNECTs waiting for their RANDOM_FILL, each with the
+//   cookie the server sent to its session's address; a RANDOM_FILL is
+//   paired only with the CONNECT of its session, and only when it echoes
+//   the cookie.
 #pragma once
 
 #include <chrono>
@@ -21,6 +25,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/messages.h"
 
 namespace tutorial {
 
@@ -90,6 +96,50 @@ class RateLimitedLog {
   size_t written_ = 0;
   size_t left_out_ = 0;
   std::string last_left_out_;
+};
+
+// CONNECTs kept until the RANDOM_FILL of their session: one per address (a
+// newer session of the same address replaces the older one, and its cookie), at most
+// `capacity` in all, each for `max_age` at most. Each is kept with a cookie
+// of its own, a random number (UnpredictableNonZero64) that the server
+// sends only to the session's address (CHALLENGE): a RANDOM_FILL that
+// echoes it comes from a peer that receives at that address.
+class PendingConnects {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  PendingConnects(size_t capacity, std::chrono::duration<double> max_age)
+      : capacity_(capacity), max_age_(max_age) {}
+
+  struct Kept {
+    uint64_t cookie = 0;  // 0: no room, nothing kept
+    size_t expired = 0;   // CONNECTs of other addresses dropped for their age
+  };
+  // Keeps `connect` of `session`, arrived at `now`, with a new cookie, or
+  // with the cookie it already has when the same session sends its CONNECT
+  // again (a client whose CHALLENGE was slow or lost).
+  Kept Keep(const Session& session, ConnectMessage connect, TimePoint now);
+
+  enum class Pairing { kPaired, kNoConnect, kWrongCookie };
+  // A RANDOM_FILL of `session` carrying `cookie`: the session's CONNECT
+  // leaves, whatever the cookie (a RANDOM_FILL, good or bad, ends it), and
+  // is handed to `*connect` only when the cookie is the one it was kept
+  // with (kPaired).
+  Pairing Take(const Session& session, uint64_t cookie, ConnectMessage* connect);
+  // Forgets the CONNECT of `session`; true when one was kept.
+  bool Forget(const Session& session);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    Session session;
+    uint64_t cookie;
+    ConnectMessage connect;
+    TimePoint arrived;
+  };
+  const size_t capacity_;
+  const std::chrono::duration<double> max_age_;
+  mutable std::mutex mutex_;
+  std::deque<Entry> entries_;  // oldest first
 };
 
 }  // namespace tutorial

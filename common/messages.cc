@@ -1,6 +1,10 @@
 #include "common/messages.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 #include "common/errors.h"
@@ -108,6 +112,7 @@ std::vector<uint8_t> Encode(const ConnectMessage& m, const Session& session) {
 
 std::vector<uint8_t> Encode(const RandomFillRequest& m, const Session& session) {
   ByteWriter w;
+  w.U64(m.cookie);
   w.U32(m.remote_context);
   w.U64(m.seed);
   w.U64(m.page_size);
@@ -152,6 +157,12 @@ std::vector<uint8_t> Encode(const BusyMessage& m, const Session& session) {
   return EncodeReason(m.reason, MessageType::kBusy, session);
 }
 
+std::vector<uint8_t> Encode(const ChallengeMessage& m, const Session& session) {
+  ByteWriter w;
+  w.U64(m.cookie);
+  return w.Finish(MessageType::kChallenge, session);
+}
+
 std::vector<uint8_t> EncodeEmpty(MessageType type, const Session& session) {
   return ByteWriter().Finish(type, session);
 }
@@ -162,8 +173,9 @@ MessageType PeekMessageType(const uint8_t* data, size_t length) {
 
 void CheckClientSession(const MessageHeader& header) {
   if (header.type == MessageType::kReject || header.type == MessageType::kBusy ||
-      header.type == MessageType::kAlive) {
-    throw ProtocolError("unexpected REJECT, BUSY or ALIVE (only the server sends those)");
+      header.type == MessageType::kAlive || header.type == MessageType::kChallenge) {
+    throw ProtocolError(
+        "unexpected REJECT, BUSY, ALIVE or CHALLENGE (only the server sends those)");
   }
   if (header.session.nonce == 0 || header.session.address.empty()) {
     throw ProtocolError("message names no session (a nonce and the sender's address)");
@@ -178,13 +190,13 @@ MessageHeader DecodeHeader(const uint8_t* data, size_t length) {
   uint32_t magic = header.U32();
   uint32_t type = header.U32();
   uint32_t body = header.U32();
-  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL2 magic");
+  if (magic != kMessageMagic) throw ProtocolError("message does not start with the RFL3 magic");
   if (body != length - kMessageHeaderSize) {
     throw ProtocolError("header announces " + std::to_string(body) + " body bytes, " +
                         std::to_string(length - kMessageHeaderSize) + " arrived");
   }
   if (type < static_cast<uint32_t>(MessageType::kConnect) ||
-      type > static_cast<uint32_t>(MessageType::kAlive)) {
+      type > static_cast<uint32_t>(MessageType::kChallenge)) {
     throw ProtocolError("unknown message type " + std::to_string(type));
   }
   MessageHeader h;
@@ -241,6 +253,7 @@ ConnectMessage DecodeConnect(const uint8_t* data, size_t length) {
 RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length) {
   ByteReader r = OpenBody(data, length, MessageType::kRandomFill, "RANDOM_FILL");
   RandomFillRequest m;
+  m.cookie = r.U64();
   m.remote_context = r.U32();
   m.seed = r.U64();
   m.page_size = r.U64();
@@ -266,6 +279,28 @@ CancelMessage DecodeCancel(const uint8_t* data, size_t length) {
   m.remote_context = r.U32();
   r.ExpectEnd();
   return m;
+}
+
+ChallengeMessage DecodeChallenge(const uint8_t* data, size_t length) {
+  ByteReader r = OpenBody(data, length, MessageType::kChallenge, "CHALLENGE");
+  ChallengeMessage m;
+  m.cookie = r.U64();
+  r.ExpectEnd();
+  if (m.cookie == 0) throw ProtocolError("CHALLENGE: cookie 0");
+  return m;
+}
+
+uint64_t UnpredictableNonZero64() {
+  uint64_t value = 0;
+  for (int tries = 0; value == 0 && tries < 100; ++tries) {
+    ssize_t got = getrandom(&value, sizeof(value), 0);
+    if (got < 0 && errno != EINTR) {
+      throw RuntimeError(std::string("getrandom: ") + std::strerror(errno));
+    }
+    if (got != static_cast<ssize_t>(sizeof(value))) value = 0;
+  }
+  if (value == 0) throw RuntimeError("getrandom gave no random number");
+  return value;
 }
 
 BusyMessage DecodeBusy(const uint8_t* data, size_t length) {

@@ -2,7 +2,7 @@
 // check the server makes before it trusts them.
 //
 // Wire format (little-endian):
-//   header   u32 magic "RFL2", u32 type, u32 length of what follows,
+//   header   u32 magic "RFL3", u32 type, u32 length of what follows,
 //            u64 session nonce, u16 address length, address bytes
 //            (the session: a random nonce the client chose, plus the
 //            client's NIC 0 address, where replies go; the server's
@@ -10,9 +10,13 @@
 //   CONNECT  u32 gpus, u32 nics_per_gpu, u32 buffers_per_gpu,
 //            per NIC:  u16 address length, address bytes
 //            per (gpu, nic, buffer): u64 addr, u64 size, u64 key
+//   CHALLENGE
+//            u64 cookie: the server's answer to a CONNECT it keeps, sent to
+//            the session's address; a random number only a receiver at
+//            that address learns
 //   RANDOM_FILL
-//            u32 remote_context, u64 seed, u64 page_size, u64 num_pages,
-//            num_pages x u32 page index
+//            u64 cookie (the CHALLENGE's), u32 remote_context, u64 seed,
+//            u64 page_size, u64 num_pages, num_pages x u32 page index
 //   REJECT   u16 length, reason (UTF-8): the server's answer to a request it
 //            will not serve, so the client can say why instead of timing out
 //   BUSY     u16 length, reason: the server is serving another client or
@@ -24,9 +28,10 @@
 //            server still lives; ALIVE (no body) is the answer, sent even
 //            while the server is busy (tcp and efa tell no client that its
 //            server died)
-// The server pairs a RANDOM_FILL with the CONNECT of the same session and
-// answers only the session's address (docs/protocol.md says why that is
-// the address a provider lets it answer).
+// The server pairs a RANDOM_FILL with the CONNECT of the same session
+// only when it echoes the cookie the server sent to the session's address,
+// and answers only that address (docs/protocol.md says why that is the
+// address a provider lets it answer, and what the cookie proves).
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
 #pragma once
@@ -45,10 +50,11 @@ enum class MessageType : uint32_t {
   kBusy = 4,
   kCancel = 5,
   kProbe = 6,
-  kAlive = 7
+  kAlive = 7,
+  kChallenge = 8
 };
 
-constexpr uint32_t kMessageMagic = 0x324C4652;  // "RFL2" read as little-endian bytes
+constexpr uint32_t kMessageMagic = 0x334C4652;  // "RFL3" read as little-endian bytes
 // The fixed start of the header: magic, type, and the length of the rest.
 constexpr size_t kMessageHeaderSize = 12;
 // The server's receive buffers; anything longer arrives truncated and is
@@ -101,6 +107,7 @@ struct ConnectMessage {
 };
 
 struct RandomFillRequest {
+  uint64_t cookie = 0;  // the CHALLENGE's, which the server sent to the session's address
   uint32_t remote_context = 0;
   uint64_t seed = 0;
   uint64_t page_size = 0;
@@ -121,6 +128,11 @@ struct CancelMessage {
 struct BusyMessage {
   std::string reason;
 };
+// The server's answer to a CONNECT it keeps: the cookie that the
+// session's RANDOM_FILL must echo. Never 0.
+struct ChallengeMessage {
+  uint64_t cookie = 0;
+};
 // A REJECT that arrives during a transfer: the server gave it up and says
 // why (the reason follows this prefix), so the client need not wait for
 // its timeout.
@@ -131,6 +143,7 @@ std::vector<uint8_t> Encode(const RejectMessage& message, const Session& session
 std::vector<uint8_t> Encode(const RandomFillRequest& message, const Session& session = {});
 std::vector<uint8_t> Encode(const BusyMessage& message, const Session& session = {});
 std::vector<uint8_t> Encode(const CancelMessage& message, const Session& session = {});
+std::vector<uint8_t> Encode(const ChallengeMessage& message, const Session& session = {});
 // PROBE or ALIVE: a header alone.
 std::vector<uint8_t> EncodeEmpty(MessageType type, const Session& session);
 
@@ -147,6 +160,13 @@ RandomFillRequest DecodeRandomFill(const uint8_t* data, size_t length);
 RejectMessage DecodeReject(const uint8_t* data, size_t length);
 BusyMessage DecodeBusy(const uint8_t* data, size_t length);
 CancelMessage DecodeCancel(const uint8_t* data, size_t length);
+// Throws ProtocolError for a cookie of 0 (the server never picks it).
+ChallengeMessage DecodeChallenge(const uint8_t* data, size_t length);
+
+// A random 64-bit number other than 0, from the kernel's random source
+// (getrandom): a session's nonce, a CHALLENGE's cookie. Throws
+// RuntimeError when the kernel gives none.
+uint64_t UnpredictableNonZero64();
 
 // What the server is: its layout and buffer size.
 struct ServerLayout {

@@ -190,8 +190,10 @@ constexpr double kStuckSeconds = 10.0;
 // (answered BUSY) instead of filling the server's memory.
 constexpr size_t kMaxWaitingMessages = 64;
 constexpr size_t kMaxWaitingPerSource = 16;
-// CONNECTs waiting for the RANDOM_FILL of their session, one per address.
+// CONNECTs waiting for the RANDOM_FILL of their session (PendingConnects),
+// one per address, each for kPendingSeconds at most.
 constexpr size_t kMaxPendingConnects = 16;
+constexpr double kPendingSeconds = 15.0;
 // Replies in flight at once; each waits at most kRejectSeconds.
 constexpr size_t kReplySlots = 16;
 // Addresses replied to lately stay in the front door's address vector (a
@@ -209,6 +211,9 @@ constexpr char kClientLeft[] = "the client was stopped and said so (CANCEL)";
 constexpr char kTurnedAway[] = "too many messages waiting at its front door";
 constexpr char kNotKept[] =
     "no CONNECT of this session waiting (not kept, or lost): send both again";
+constexpr char kWrongCookie[] =
+    "RANDOM_FILL: its cookie is not the one sent to its session's address (a sender that does "
+    "not receive there, or a late or forged request)";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -368,9 +373,9 @@ class RandomFillServer {
 
   // While a transfer runs or the server recovers from one, the front door
   // is still answered, from a thread of its own (harness/recovery.h, bug B):
-  // a CONNECT hears BUSY and its client asks again later; the RANDOM_FILL
-  // that follows it (its session owes one) is dropped without a word; a
-  // PROBE hears ALIVE. `what` is what keeps the server busy.
+  // a CONNECT hears BUSY (and no CHALLENGE, so no RANDOM_FILL follows it)
+  // and its client asks again later; a PROBE hears ALIVE. `what` is what
+  // keeps the server busy.
   void AnswerWhileBusy(const std::vector<uint8_t>& message, const std::string& what) {
     try {
       MessageHeader header = DecodeHeader(message.data(), message.size());
@@ -381,14 +386,20 @@ class RandomFillServer {
         return;
       }
       if (header.type == MessageType::kRandomFill) {
-        DecodeRandomFill(message.data(), message.size());
-        if (owed_fills_.Take(session, taken_arrived_)) return;  // its CONNECT heard BUSY
-        if (TakePendingConnect(session)) {
-          // Its CONNECT came before this transfer began: it hears BUSY now.
-          SendBusy(session, what);
-          return;
+        RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
+        ConnectMessage connect;
+        switch (pending_.Take(session, request.cookie, &connect)) {
+          case PendingConnects::Pairing::kPaired:
+            // Its CONNECT came before this transfer began: it hears BUSY now.
+            SendBusy(session, what);
+            return;
+          case PendingConnects::Pairing::kWrongCookie:
+            Dropped(kWrongCookie);  // its sender proved nothing: no reply
+            return;
+          case PendingConnects::Pairing::kNoConnect:
+            AnswerUnpairedFill(session, what);
+            return;
         }
-        AnswerUnpairedFill(session, what);
         return;
       }
       if (header.type == MessageType::kCancel) {
@@ -401,7 +412,6 @@ class RandomFillServer {
         return;
       }
       DecodeConnect(message.data(), message.size());
-      owed_fills_.Add(session);  // the RANDOM_FILL that follows it goes unanswered
       // A client asks again 0.125 s after a BUSY at the soonest, so this
       // limit silences only a flood (or a forger of its address).
       if (!busy_limiter_.Allow(session.address, Clock::now())) return;
@@ -413,13 +423,12 @@ class RandomFillServer {
     }
   }
 
-  // A RANDOM_FILL that neither a kept CONNECT nor a debt (OwedFills) of
-  // its session awaits. The server keeps a bounded number of both, so a
-  // flood can push out a good client's (a CONNECT turned away, a debt of a
-  // client told BUSY), and a rebuilt front door loses what the provider
-  // held: the sender hears BUSY and sends both messages again, rather than
-  // a REJECT that would end a client the server merely forgot. A peer that
-  // sends only RANDOM_FILLs hears BUSY until its own timeout.
+  // A RANDOM_FILL that no kept CONNECT of its session awaits. The server
+  // keeps a bounded number of them, so a flood can push out a good
+  // client's, and a rebuilt front door loses what the provider held: the
+  // sender hears BUSY and sends both messages again, rather than a REJECT
+  // that would end a client the server merely forgot. A peer that sends
+  // only RANDOM_FILLs hears BUSY until its own timeout.
   void AnswerUnpairedFill(const Session& session, const std::string& why) {
     std::string note = "; no reply sent: one went to its address within 100 ms";
     if (busy_limiter_.Allow(session.address, Clock::now())) {
@@ -445,7 +454,7 @@ class RandomFillServer {
   // keep it waiting for its whole --timeout.
   void AnswerProbeBetweenTransfers(const MessageHeader& header, size_t length) {
     if (header.body_offset != length) throw ProtocolError("PROBE: unexpected body");
-    TakePendingConnect(header.session);  // half a request: the client sends both again
+    pending_.Forget(header.session);  // half a request: the client sends both again
     if (!busy_limiter_.Allow(header.session.address, Clock::now())) return;
     std::string note = SendBusy(header.session, "it holds no whole request of this session");
     busy_log_.Line(
@@ -454,41 +463,31 @@ class RandomFillServer {
         note);
   }
 
-  // The CONNECT of `session` still waiting for its RANDOM_FILL, taken out.
-  std::optional<ConnectMessage> TakePendingConnect(const Session& session) {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    for (auto it = pending_connects_.begin(); it != pending_connects_.end(); ++it) {
-      if (it->session == session) {
-        ConnectMessage connect = std::move(it->connect);
-        pending_connects_.erase(it);
-        return connect;
-      }
+  // A CONNECT that passed every check: kept (PendingConnects), and its
+  // session's address is sent the cookie its RANDOM_FILL must echo
+  // (CHALLENGE). Nothing is written to the CONNECT's NIC addresses before
+  // that RANDOM_FILL came. One CHALLENGE per address and 100 ms: a flood of
+  // CONNECTs naming someone else's address is not answered in kind.
+  void Challenge(const Session& session, ConnectMessage connect) {
+    if (!challenge_limiter_.Allow(session.address, Clock::now())) {
+      Dropped("a CONNECT within 100 ms of the last CHALLENGE to its address");
+      return;
     }
-    return std::nullopt;
-  }
-
-  // Keeps a CONNECT until the RANDOM_FILL of its session: one per address
-  // (a newer session of the same client replaces its older one), a few in
-  // all, each for OwedFills::kOwedSeconds at most. Returns false when there
-  // is no room.
-  bool KeepPendingConnect(const Session& session, ConnectMessage connect) {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    auto expired = [this](const PendingConnect& p) {
-      return taken_arrived_ - p.arrived > std::chrono::duration<double>(OwedFills::kOwedSeconds);
-    };
-    for (auto it = pending_connects_.begin(); it != pending_connects_.end();) {
-      if (it->session.address == session.address || expired(*it)) {
-        if (it->session.address != session.address) {
-          Dropped("a CONNECT that no RANDOM_FILL followed within 15 s");
-        }
-        it = pending_connects_.erase(it);
-      } else {
-        ++it;
-      }
+    PendingConnects::Kept kept = pending_.Keep(session, std::move(connect), taken_arrived_);
+    for (size_t i = 0; i < kept.expired; ++i) {
+      Dropped("a CONNECT that no RANDOM_FILL followed within 15 s");
     }
-    if (pending_connects_.size() >= kMaxPendingConnects) return false;
-    pending_connects_.push_back(PendingConnect{session, std::move(connect), taken_arrived_});
-    return true;
+    if (kept.cookie == 0) {
+      SendBusy(session, "too many clients connecting at once");
+      busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
+      return;
+    }
+    std::string note =
+        SendReply(session, Encode(ChallengeMessage{kept.cookie}, Session{session.nonce, {}}));
+    if (!note.empty()) {
+      pending_.Forget(session);  // its client never learns the cookie
+      Dropped("a CONNECT whose CHALLENGE could not go out" + note);
+    }
   }
 
   void PostReceives() {
@@ -524,7 +523,6 @@ class RandomFillServer {
       MessageHeader header = DecodeHeader(data, length);
       CheckClientSession(header);
       if (header.type == MessageType::kConnect || header.type == MessageType::kRandomFill) {
-        if (header.type == MessageType::kConnect) owed_fills_.Add(header.session);
         if (busy_limiter_.Allow(header.session.address, Clock::now())) {
           note = SendBusy(header.session, kTurnedAway);
           if (note.empty()) note = "; told it BUSY";
@@ -563,21 +561,28 @@ class RandomFillServer {
           throw ProtocolError("CONNECT: its session names another address than its NIC 0");
         }
         CheckClientAddresses(connect);
-        if (!KeepPendingConnect(session, std::move(connect))) {
-          owed_fills_.Add(session);
-          SendBusy(session, "too many clients connecting at once");
-          busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
-        }
+        Challenge(session, std::move(connect));
         return std::nullopt;
       }
-      // A RANDOM_FILL, good or bad, ends the CONNECT of its session.
-      std::optional<ConnectMessage> connect = TakePendingConnect(session);
-      RandomFillRequest request = DecodeRandomFill(message.data(), message.size());
-      if (!connect && owed_fills_.Take(session, taken_arrived_))
-        return std::nullopt;  // its CONNECT heard BUSY
-      if (!connect) {
-        AnswerUnpairedFill(session, kNotKept);
-        return std::nullopt;
+      // A RANDOM_FILL, good or bad, ends the CONNECT of its session; it is
+      // paired with it only when it echoes the CHALLENGE's cookie.
+      RandomFillRequest request;
+      try {
+        request = DecodeRandomFill(message.data(), message.size());
+      } catch (const ProtocolError&) {
+        pending_.Forget(session);
+        throw;
+      }
+      std::optional<ConnectMessage> connect(std::in_place);
+      switch (pending_.Take(session, request.cookie, &*connect)) {
+        case PendingConnects::Pairing::kPaired:
+          break;
+        case PendingConnects::Pairing::kNoConnect:
+          AnswerUnpairedFill(session, kNotKept);
+          return std::nullopt;
+        case PendingConnects::Pairing::kWrongCookie:
+          reply_to.reset();  // its sender proved nothing: no reply
+          throw ProtocolError(kWrongCookie);
       }
       CheckRequestFits(request, *connect, Layout());
       TakeEventErrorsBetweenTransfers();  // none may abandon this transfer
@@ -755,6 +760,10 @@ class RandomFillServer {
   // "" or a note on why no reply went out.
   std::string SendReply(const Session& to, const std::vector<uint8_t>& message) {
     if (IsOwnAddress(to.address)) return "; no reply sent: the sender named this server";
+    // shm: a process that died may have held its own queue's lock, on which
+    // a send would spin forever (a CHALLENGE follows every CONNECT, so a
+    // client killed right after its CONNECT meets one).
+    if (PeerKnownDead(front_door_, to.address)) return "; no reply sent: its process is gone";
     if (message.size() > kReplySlotSize) return "; no reply sent: too long";
     CollectReplies();
     // BUSYs, which a flood earns, leave a quarter of the slots to the
@@ -1145,7 +1154,6 @@ class RandomFillServer {
   MemoryRegion reply_region_;
   std::atomic<bool> busy_{false};           // CONNECTs hear BUSY...
   std::atomic<const char*> busy_what_{""};  // ...and why
-  OwedFills owed_fills_;                    // RANDOM_FILLs of clients told BUSY, still to come
   std::mutex data_addresses_mutex_;
   std::vector<std::vector<uint8_t>> data_addresses_;  // NoteDataAddresses
   std::mutex watch_mutex_;  // the front door's thread ends a transfer a client left
@@ -1155,13 +1163,7 @@ class RandomFillServer {
   // Filled by whoever polls the front door (the main loop, or the
   // BusyAnswerer while a transfer runs).
   FairMailbox mailbox_{kMaxWaitingMessages, kMaxWaitingPerSource};
-  struct PendingConnect {
-    Session session;
-    ConnectMessage connect;
-    Clock::time_point arrived;
-  };
-  std::mutex pending_mutex_;
-  std::deque<PendingConnect> pending_connects_;
+  PendingConnects pending_{kMaxPendingConnects, std::chrono::duration<double>(kPendingSeconds)};
   struct ReplySlot {
     enum State { kFree, kInFlight, kDone } state = kFree;
     fi_addr_t peer = FI_ADDR_UNSPEC;
@@ -1174,10 +1176,11 @@ class RandomFillServer {
   ReplyLimiter busy_limiter_{std::chrono::milliseconds(100)};
   ReplyLimiter probe_limiter_{std::chrono::milliseconds(500)};
   ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
+  ReplyLimiter challenge_limiter_{std::chrono::milliseconds(100)};
   RateLimitedLog drop_log_{20, std::chrono::seconds(10), "server: also dropped"};
   RateLimitedLog turn_log_{5, std::chrono::seconds(10), "server: also turned away"};
   RateLimitedLog busy_log_{5, std::chrono::seconds(10), "server: also told"};
-  // When the message last taken arrived (OwedFills); only the thread that
+  // When the message last taken arrived (PendingConnects); only the thread that
   // reads the front door's messages (the main loop, or the BusyAnswerer
   // while it runs) uses it.
   Clock::time_point taken_arrived_{};

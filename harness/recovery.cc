@@ -281,57 +281,6 @@ BusyAnswerer::~BusyAnswerer() {
   thread_.join();
 }
 
-OwedFills::Owed::iterator OwedFills::Erase(Owed::iterator it) {
-  auto count = per_address_.find(it->second.address);
-  if (count != per_address_.end() && --count->second == 0) per_address_.erase(count);
-  return owed_.erase(it);
-}
-
-void OwedFills::Expire(TimePoint arrived) {
-  while (!owed_.empty() &&
-         arrived - owed_.front().first > std::chrono::duration<double>(kOwedSeconds))
-    Erase(owed_.begin());
-}
-
-void OwedFills::Add(const Session& session) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = owed_.begin(); it != owed_.end(); ++it) {
-    if (it->second == session) {
-      Erase(it);
-      break;
-    }
-  }
-  auto count = per_address_.find(session.address);
-  if (count != per_address_.end() && count->second >= kMaxOwedPerAddress) {
-    for (auto it = owed_.begin(); it != owed_.end(); ++it) {
-      if (it->second.address == session.address) {
-        Erase(it);
-        break;
-      }
-    }
-  }
-  owed_.emplace_back(std::chrono::steady_clock::now(), session);
-  ++per_address_[session.address];
-  if (owed_.size() > kMaxOwed) Erase(owed_.begin());
-}
-
-bool OwedFills::Take(const Session& session, TimePoint arrived) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Expire(arrived);
-  for (auto it = owed_.begin(); it != owed_.end(); ++it) {
-    if (it->second == session) {
-      Erase(it);
-      return true;
-    }
-  }
-  return false;
-}
-
-size_t OwedFills::size() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return owed_.size();
-}
-
 void StaleFileSweeper::Sweep() {
   // Long enough for any live peer to have read a name the dead process sent
   // (ours poll their endpoints every millisecond or so, busy machine or not).

@@ -43,7 +43,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -173,43 +172,6 @@ class BusyAnswerer {
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread thread_;
-};
-
-// The RANDOM_FILLs owed by clients told BUSY after their CONNECT: such a
-// client still sends the RANDOM_FILL that follows (it sends both at once),
-// and that message must be dropped without a word (it already heard why),
-// never paired with anything. Kept per session (messages.h): a client's
-// debt is its own, paid only by its own RANDOM_FILL; a client that died
-// after its CONNECT owes one until it expires, kOwedSeconds after it was
-// added, judged by when the message arrived (a server slow to read must
-// not forget a RANDOM_FILL that came in time). Fair like the mailbox: one
-// address (a session's sender) keeps at most kMaxOwedPerAddress debts, its
-// oldest going first, so that a source flooding CONNECTs that are turned
-// away cannot push out the debt of a client told BUSY a moment before its
-// RANDOM_FILL comes. At most kMaxOwed debts in all (sessions naming ever
-// new addresses push out the oldest; a RANDOM_FILL whose debt is gone then
-// hears BUSY, common/server.cc). Thread-safe (the main loop and the
-// BusyAnswerer both use it).
-class OwedFills {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-  static constexpr double kOwedSeconds = 15.0;
-  static constexpr size_t kMaxOwed = 256;
-  static constexpr size_t kMaxOwedPerAddress = 8;
-  // The client of `session` was told BUSY after its CONNECT.
-  void Add(const Session& session);
-  // A RANDOM_FILL of `session` that arrived at `arrived`: true when it
-  // was owed (and is now paid).
-  bool Take(const Session& session, TimePoint arrived);
-  size_t size();
-
- private:
-  using Owed = std::deque<std::pair<TimePoint, Session>>;
-  void Expire(TimePoint arrived);
-  Owed::iterator Erase(Owed::iterator it);
-  std::mutex mutex_;
-  Owed owed_;                                           // oldest first
-  std::map<std::vector<uint8_t>, size_t> per_address_;  // debts of each address in owed_
 };
 
 // shm: removes the /dev/shm files of processes of this user that died

@@ -8,8 +8,9 @@
   docs/figures/data_flow.svg  one transfer's data: a writer thread per GPU,
                               its NICs in turn, the client's region per NIC and
                               buffer, pages at random slots
-  docs/figures/timeline.svg   one transfer in time: CONNECT, RANDOM_FILL, fill,
-                              warmup, timed WRITEs, done notices, verification
+  docs/figures/timeline.svg   one transfer in time: CONNECT, CHALLENGE,
+                              RANDOM_FILL, fill, warmup, timed WRITEs, done
+                              notices, verification
 
 The groups come from tools/topology_dump (bazel build //tools:topology_dump),
 which runs common/topology's own code on the fixture; the message names, the
@@ -149,9 +150,10 @@ def code_facts(root):
         raise FactError("common/server.cc: no SendDoneNotices (the done notices moved?)")
     chapters = sorted(p.name for p in (root / "chapters").iterdir() if (p / "server.cc").exists())
     warmup = next((c for c in chapters if c.endswith("_warmup")), None)
-    if not warmup or not b or "CONNECT" not in names or "RANDOM_FILL" not in names:
-        raise FactError("the code no longer has a warmup chapter, one kMaxPendingWrites, CONNECT or "
-                        "RANDOM_FILL: update maint/make_figures.py")
+    protocol = ("CONNECT", "CHALLENGE", "RANDOM_FILL")
+    if not warmup or not b or any(n not in names for n in protocol):
+        raise FactError("the code no longer has a warmup chapter, one kMaxPendingWrites, CONNECT, "
+                        "CHALLENGE or RANDOM_FILL: update maint/make_figures.py")
     return {"messages": names, "backlog": int(b.group(1)), "warmup_chapter": warmup,
             "first_chapter": chapters[0]}
 
@@ -289,7 +291,7 @@ def data_flow(layout, facts):
 
 def timeline(layout, facts):
     nics_total = sum(len(g["nics"]) for g in layout["groups"])
-    connect, fill = "CONNECT", "RANDOM_FILL"
+    connect, challenge, fill = "CONNECT", "CHALLENGE", "RANDOM_FILL"
     width, height = 1180, 340
     svg = Svg(width, height, "One transfer in time")
     svg.text(14, 26, "One transfer in time (not to scale): what the server's progress line "
@@ -319,13 +321,17 @@ def timeline(layout, facts):
         for i, part in enumerate(detail):
             dy = 34 + 13 * i if lane == "server" else -24 - 13 * (len(detail) - 1 - i)
             svg.text(x + w / 2, y + dy, part, 10, "middle", color=COLORS["muted"])
-    # messages client -> server, done notices server -> client
-    svg.line(240, lanes["client"] + 16, 300, lanes["server"] - 16, arrow=True, width=1.6)
-    svg.text(236, 140, f"SEND {connect}", 11, "end")
-    svg.text(236, 154, "addresses, (addr, size, key)", 10, "end", color=COLORS["muted"])
-    svg.line(270, lanes["client"] + 16, 325, lanes["server"] - 16, arrow=True, width=1.6)
-    svg.text(300, 120, f"SEND {fill}", 11)
-    svg.text(300, 134, "context, seed, page size, slots", 10, color=COLORS["muted"])
+    # messages client -> server (the server's cookie between them), done
+    # notices server -> client
+    svg.line(232, lanes["client"] + 16, 262, lanes["server"] - 16, arrow=True, width=1.6)
+    svg.text(228, 140, f"SEND {connect}", 11, "end")
+    svg.text(228, 154, "addresses, (addr, size, key)", 10, "end", color=COLORS["muted"])
+    svg.line(270, lanes["server"] - 16, 290, lanes["client"] + 16, arrow=True, width=1.6)
+    svg.text(276, 254, challenge, 11, "middle")
+    svg.text(276, 267, "a cookie, to NIC 0", 10, "middle", color=COLORS["muted"])
+    svg.line(298, lanes["client"] + 16, 326, lanes["server"] - 16, arrow=True, width=1.6)
+    svg.text(310, 120, f"SEND {fill}", 11)
+    svg.text(310, 134, "cookie, context, seed, page size, slots", 10, color=COLORS["muted"])
     svg.line(855, lanes["server"] - 16, 875, lanes["client"] + 16, arrow=True, width=1.6)
     svg.text(862, 150, f"done notices: 1 WRITE per NIC ({nics_total} on a p5)", 11)
     svg.text(862, 164, "with the remote context as CQ data, after all", 10, color=COLORS["muted"])

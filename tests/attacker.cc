@@ -15,17 +15,39 @@
 //              sessions naming random addresses (nobody, or a stranger)
 //   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
 //              no progress at all: a client that stops reading
-//   forgotten  one good CONNECT naming this endpoint, its RANDOM_FILL lost,
+//   forgotten  one good CONNECT naming this endpoint (its CHALLENGE is
+//              read and ignored), its RANDOM_FILL lost,
 //              then a PROBE every 2 s as a waiting client sends: ends with
 //              "attacker: heard BUSY after S s" (exit 0) when the server
 //              answers BUSY, the sign to send both again, or exit 1
+//   forged     CONNECTs that declare a bystander's address (an endpoint
+//              of a child process, whose memory holds a pattern): its
+//              session, every NIC address and every region are the
+//              bystander's; each is followed by a RANDOM_FILL with a
+//              guessed cookie, as fast as the provider takes them. Ends
+//              with "attacker: the bystander (process P) is untouched
+//              (...)" (exit 0) when none of the bystander's bytes changed,
+//              or exit 1. The bystander counts the CHALLENGEs that reach
+//              it and never hands them to the attacker.
+//   cookie-rtt not an attack: one CONNECT (a new session each) every
+//              110 ms, timing each until its CHALLENGE arrives, the round
+//              trip a client now waits before its RANDOM_FILL. Prints
+//              "attacker: N CHALLENGE(s): first F us, median M us, 90% P us"
 // Other modes never read what the server answers. At the end it prints one
 // line: "attacker: sent N message(s) in S s".
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +100,116 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
+// The bystander of forged mode, in a process of its own: an endpoint of the
+// provider with memory registered for remote writes, filled with a
+// pattern, and receives posted so that whatever the server sends there
+// is taken (and never shown to the attacker).
+struct Bystander {
+  explicit Bystander(const fi_info& info)
+      : net(info),
+        memory(Buffer::Allocate(MemoryKind::kHost, -1, 1 << 20)),
+        region(net.Register(memory)),
+        inbox(Buffer::Allocate(MemoryKind::kHost, -1, kInboxSlots * kSlotSize)),
+        inbox_region(net.Register(inbox)) {
+    std::vector<uint8_t> pattern(memory.size(), kPattern);
+    memory.CopyFromHost(0, pattern.data(), pattern.size());
+    for (size_t slot = 0; slot < kInboxSlots; ++slot) Listen(slot);
+  }
+  ~Bystander() { Recovery::CloseEndpoint(net); }  // before the buffers go
+  void Listen(size_t slot) {
+    char* buf = static_cast<char*>(inbox.data()) + slot * kSlotSize;
+    net.PostRecv(buf, kSlotSize, inbox_region.desc(), [this, slot](Network&, RdmaOp& op) {
+      if (op.error == FI_ECANCELED) return;
+      if (op.ok()) {
+        try {
+          const auto* data = static_cast<const uint8_t*>(op.buf);
+          challenges += DecodeHeader(data, op.received).type == MessageType::kChallenge;
+        } catch (const ProtocolError&) {
+        }
+        ++received;
+      }
+      Listen(slot);
+    });
+  }
+  // Bytes of the pattern that changed.
+  size_t Changed() const {
+    std::vector<uint8_t> now(memory.size());
+    memory.CopyToHost(0, now.data(), now.size());
+    size_t changed = 0;
+    for (uint8_t byte : now) changed += byte != kPattern;
+    return changed;
+  }
+  static constexpr uint8_t kPattern = 0xB5;
+  static constexpr size_t kInboxSlots = 8;
+  static constexpr size_t kSlotSize = 8192;
+  Network net;
+  Buffer memory;
+  MemoryRegion region;
+  Buffer inbox;
+  MemoryRegion inbox_region;
+  size_t received = 0;
+  size_t challenges = 0;
+};
+
+// Reads one line from `fd` within `seconds`; "" at its end or timeout.
+std::string ReadLine(int fd, double seconds) {
+  std::string line;
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(seconds));
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char c;
+    if (read(fd, &c, 1) != 1) break;
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
+  return "";
+}
+
+void WriteLine(int fd, const std::string& line) {
+  std::string text = line + "\n";
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    throw RuntimeError("bystander: cannot write to its pipe");
+  }
+}
+
+// The bystander process: says its address and region, takes whatever
+// comes until the attacker says it is done (or its pipe closes), then
+// reports whether any byte of its memory changed. Returns the exit code.
+int RunBystander(const Options& o, int to_attacker, int from_attacker) {
+  try {
+    std::vector<FiInfoPtr> infos =
+        FindNics(FabricChoice{o.provider, MemoryKind::kHost, o.provider == "tcp" ? "lo" : ""});
+    Bystander bystander(*infos[0]);
+    WriteLine(to_attacker, ToHex(bystander.net.address()) + " " +
+                               std::to_string(bystander.region.remote_addr()) + " " +
+                               std::to_string(bystander.region.size()) + " " +
+                               std::to_string(bystander.region.key()));
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(o.seconds + 30));
+    for (;;) {
+      bystander.net.PollCompletion();
+      pollfd p{from_attacker, POLLIN, 0};
+      if (poll(&p, 1, 0) != 0 || Clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    // Writes that were under way land within moments.
+    auto settle = Clock::now() + std::chrono::seconds(1);
+    while (Clock::now() < settle) {
+      bystander.net.PollCompletion();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    size_t changed = bystander.Changed();
+    WriteLine(to_attacker, std::to_string(changed) + " " + std::to_string(bystander.received) +
+                               " " + std::to_string(bystander.challenges));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attacker: bystander: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 class Attacker {
  public:
   explicit Attacker(const Options& o)
@@ -94,6 +226,13 @@ class Attacker {
   }
   ~Attacker() { Recovery::CloseEndpoint(net_); }  // before the buffers go
 
+  // What the bystander process said of itself (forged mode).
+  struct Victim {
+    std::vector<uint8_t> address;
+    RemoteRegion region;
+  };
+  void Target(const Victim* victim) { bystander_ = victim; }
+
   size_t Run() {
     const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(o_.seconds));
@@ -106,6 +245,8 @@ class Attacker {
       return sent_;
     }
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
+    if (o_.mode == "forged") return Forge(end);
+    if (o_.mode == "cookie-rtt") return TimeChallenges(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
       net_.PollCompletion();
@@ -138,17 +279,33 @@ class Attacker {
 
   Session NewSession() { return Session{rng_() | 1, net_.address()}; }
 
+  // The server must never write to an address that did not prove it
+  // receives there: no guessed cookie may pair a CONNECT that declares the
+  // bystander (another process) with a RANDOM_FILL.
+  size_t Forge(Clock::time_point end) {
+    if (bystander_ == nullptr) throw UsageError("--mode forged needs its bystander");
+    ConnectMessage connect = Connect();
+    for (auto& address : connect.nic_addresses) address = bystander_->address;
+    for (auto& region : connect.regions) region = bystander_->region;
+    while (Clock::now() < end) {
+      net_.PollCompletion();
+      if (net_.outstanding_transmits() + net_.pending() + 2 > kSlots) continue;
+      Session forged{rng_() | 1, bystander_->address};
+      RandomFillRequest fill = Fill();
+      fill.cookie = rng_() | 1;  // a guess: the bystander keeps the real one
+      Post(Encode(connect, forged));
+      Post(Encode(fill, forged));
+    }
+    return sent_;
+  }
+
   size_t ProbeUntilBusy(Clock::time_point end) {
     Session session = NewSession();
+    ListenForBusy();
     SendNow(Encode(Connect(), session));
-    bool busy = false;
-    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [&busy](Network&, RdmaOp& op) {
-      const auto* data = static_cast<const uint8_t*>(op.buf);
-      busy = op.error == 0 && DecodeHeader(data, op.received).type == MessageType::kBusy;
-    });
     const auto start = Clock::now();
     auto next_probe = start;
-    while (!busy && Clock::now() < end) {
+    while (!heard_busy_ && Clock::now() < end) {
       if (Clock::now() >= next_probe) {
         next_probe += std::chrono::seconds(2);
         SendNow(EncodeEmpty(MessageType::kProbe, session));
@@ -156,10 +313,67 @@ class Attacker {
       net_.PollCompletion();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (!busy) throw RuntimeError("no BUSY for a session whose RANDOM_FILL was lost");
+    if (!heard_busy_) throw RuntimeError("no BUSY for a session whose RANDOM_FILL was lost");
     std::printf("attacker: heard BUSY after %.1f s\n",
                 std::chrono::duration<double>(Clock::now() - start).count());
     return sent_;
+  }
+
+  size_t TimeChallenges(Clock::time_point end) {
+    std::vector<double> micros;
+    while (Clock::now() < end) {
+      Session session = NewSession();
+      challenge_for_ = session.nonce;
+      challenged_ = false;
+      ListenForChallenge();
+      auto sent = Clock::now();
+      Post(Encode(Connect(), session));
+      auto deadline = sent + std::chrono::seconds(2);
+      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+      if (challenged_) {
+        micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+      }
+      // The server sends one CHALLENGE per address and 100 ms.
+      auto next = sent + std::chrono::milliseconds(110);
+      while (Clock::now() < next) net_.PollCompletion();
+    }
+    if (micros.empty()) throw RuntimeError("no CHALLENGE came");
+    double first = micros.front();
+    std::sort(micros.begin(), micros.end());
+    std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
+                micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    return sent_;
+  }
+
+  // One receive for the CHALLENGE of the session `challenge_for_`.
+  void ListenForChallenge() {
+    if (listening_) return;
+    listening_ = true;
+    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [this](Network&, RdmaOp& op) {
+      listening_ = false;
+      if (op.error != 0) return;
+      try {
+        const auto* data = static_cast<const uint8_t*>(op.buf);
+        MessageHeader header = DecodeHeader(data, op.received);
+        challenged_ |=
+            header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+      } catch (const ProtocolError&) {
+      }
+      ListenForChallenge();
+    });
+  }
+
+  // Replies until a BUSY (a CHALLENGE comes first: the CONNECT was kept).
+  void ListenForBusy() {
+    net_.PostRecv(target_.data(), kSlotSize, target_region_.desc(), [this](Network&, RdmaOp& op) {
+      if (op.error != 0) return;
+      try {
+        const auto* data = static_cast<const uint8_t*>(op.buf);
+        heard_busy_ = DecodeHeader(data, op.received).type == MessageType::kBusy;
+      } catch (const ProtocolError&) {
+      }
+      if (!heard_busy_) ListenForBusy();
+    });
   }
 
   // The server's layout; every region is our one buffer.
@@ -236,7 +450,86 @@ class Attacker {
   size_t next_slot_ = 0;
   size_t sent_ = 0;
   size_t malformed_ = 0;
+  const Victim* bystander_ = nullptr;
+  bool heard_busy_ = false;
+  uint64_t challenge_for_ = 0;  // cookie-rtt
+  bool challenged_ = false;
+  bool listening_ = false;
 };
+
+}  // namespace
+}  // namespace tutorial
+
+namespace tutorial {
+namespace {
+
+// Forged mode: the bystander runs in a child process, forked before this
+// process touches libfabric. Returns the attacker's exit code.
+int RunForged(const Options& options) {
+  int up[2], down[2];  // bystander to attacker, attacker to bystander
+  if (pipe(up) != 0 || pipe(down) != 0) throw RuntimeError("pipe failed");
+  pid_t child = fork();
+  if (child < 0) throw RuntimeError("fork failed");
+  if (child == 0) {
+    close(up[0]);
+    close(down[1]);
+    _exit(RunBystander(options, up[1], down[0]));
+  }
+  close(up[1]);
+  close(down[0]);
+  auto end_child = [&] {
+    close(down[1]);  // the bystander's sign to finish
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(up[0]);
+  };
+  try {
+    std::istringstream said(ReadLine(up[0], 30));
+    std::string hex;
+    Attacker::Victim victim;
+    said >> hex >> victim.region.addr >> victim.region.size >> victim.region.key;
+    if (hex.empty() || !said) throw RuntimeError("the bystander did not start");
+    victim.address = FromHex(hex);
+    auto start = Clock::now();
+    size_t sent;
+    {
+      Attacker attacker(options);
+      attacker.Target(&victim);
+      sent = attacker.Run();
+    }
+    close(down[1]);
+    down[1] = -1;
+    std::istringstream result(ReadLine(up[0], 30));
+    size_t changed = 0, received = 0, challenges = 0;
+    result >> changed >> received >> challenges;
+    if (!result) throw RuntimeError("the bystander did not report");
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(up[0]);
+    std::printf("attacker: sent %zu message(s) in %.1f s\n", sent,
+                std::chrono::duration<double>(Clock::now() - start).count());
+    if (changed > 0) {
+      std::fprintf(stderr,
+                   "attacker: error: the server wrote %zu byte(s) into the bystander's memory\n",
+                   changed);
+      return 1;
+    }
+    std::printf(
+        "attacker: the bystander (process %d) is untouched (%zu message(s) reached it, %zu of "
+        "them CHALLENGEs)\n",
+        static_cast<int>(child), received, challenges);
+    return 0;
+  } catch (...) {
+    if (down[1] >= 0) {
+      end_child();
+    } else {
+      kill(child, SIGKILL);  // it did not report: the server sweeps its files
+      waitpid(child, nullptr, 0);
+      close(up[0]);
+    }
+    throw;
+  }
+}
 
 }  // namespace
 }  // namespace tutorial
@@ -244,6 +537,7 @@ class Attacker {
 int main(int argc, char** argv) {
   try {
     tutorial::Options options = tutorial::Parse(argc, argv);
+    if (options.mode == "forged") return tutorial::RunForged(options);
     auto start = std::chrono::steady_clock::now();
     size_t sent;
     {

@@ -1,6 +1,8 @@
 // The front door under a flood (common/front_door.h): a source cannot push
-// out the others, replies to one address are limited, and log lines about
-// dropped messages are limited with a count of those left out.
+// out the others, replies to one address are limited, log lines about
+// dropped messages are limited with a count of those left out, and a
+// RANDOM_FILL is paired only with its own session's CONNECT, and only when
+// it echoes that CONNECT's cookie.
 #include "common/front_door.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +77,93 @@ TEST(RateLimitedLog, AFewLinesThenACount) {
   EXPECT_NE(lines[3].find("dropped a message: 999"), std::string::npos);
   log.Line("next", t0 + std::chrono::seconds(12));
   EXPECT_EQ(lines.size(), 5u) << "a new interval writes in full again";
+}
+
+ConnectMessage ConnectOf(uint8_t tag) {
+  ConnectMessage connect;
+  connect.num_gpus = tag;
+  return connect;
+}
+
+Session Client(uint64_t nonce, uint8_t address = 1) {
+  return Session{nonce, std::vector<uint8_t>(16, address)};
+}
+
+constexpr auto kMaxAge = std::chrono::seconds(15);
+
+TEST(PendingConnects, ARandomFillEchoingTheCookieIsPaired) {
+  PendingConnects pending(4, kMaxAge);
+  PendingConnects::Kept kept = pending.Keep(Client(7), ConnectOf(3), Clock::now());
+  ASSERT_NE(kept.cookie, 0u);
+  ConnectMessage connect;
+  EXPECT_EQ(pending.Take(Client(7), kept.cookie, &connect), PendingConnects::Pairing::kPaired);
+  EXPECT_EQ(connect.num_gpus, 3u);
+  EXPECT_EQ(pending.size(), 0u);
+  EXPECT_EQ(pending.Take(Client(7), kept.cookie, &connect), PendingConnects::Pairing::kNoConnect)
+      << "paired twice";
+}
+
+TEST(PendingConnects, AWrongOrMissingCookieIsNotPairedAndEndsTheConnect) {
+  for (bool missing : {false, true}) {
+    PendingConnects pending(4, kMaxAge);
+    uint64_t cookie = pending.Keep(Client(7), ConnectOf(3), Clock::now()).cookie;
+    ConnectMessage connect;
+    uint64_t guess = missing ? 0 : cookie ^ 1;
+    EXPECT_EQ(pending.Take(Client(7), guess, &connect), PendingConnects::Pairing::kWrongCookie);
+    EXPECT_EQ(connect.num_gpus, 0u) << "the CONNECT was handed over without its cookie";
+    // One guess per CONNECT: the right cookie comes too late.
+    EXPECT_EQ(pending.Take(Client(7), cookie, &connect), PendingConnects::Pairing::kNoConnect);
+  }
+}
+
+TEST(PendingConnects, TheCookieIsPairedOnlyWithItsOwnSession) {
+  PendingConnects pending(4, kMaxAge);
+  uint64_t cookie = pending.Keep(Client(7, 1), ConnectOf(3), Clock::now()).cookie;
+  ConnectMessage connect;
+  EXPECT_EQ(pending.Take(Client(8, 1), cookie, &connect), PendingConnects::Pairing::kNoConnect)
+      << "another nonce";
+  EXPECT_EQ(pending.Take(Client(7, 2), cookie, &connect), PendingConnects::Pairing::kNoConnect)
+      << "another address";
+  EXPECT_EQ(pending.Take(Client(7, 1), cookie, &connect), PendingConnects::Pairing::kPaired);
+}
+
+TEST(PendingConnects, CookiesDifferAndANewSessionOfAnAddressReplacesTheOld) {
+  PendingConnects pending(4, kMaxAge);
+  uint64_t first = pending.Keep(Client(1), ConnectOf(1), Clock::now()).cookie;
+  uint64_t second = pending.Keep(Client(2), ConnectOf(2), Clock::now()).cookie;
+  EXPECT_NE(first, second);
+  EXPECT_EQ(pending.size(), 1u);
+  ConnectMessage connect;
+  EXPECT_EQ(pending.Take(Client(1), first, &connect), PendingConnects::Pairing::kNoConnect);
+  EXPECT_EQ(pending.Take(Client(2), second, &connect), PendingConnects::Pairing::kPaired);
+  EXPECT_EQ(connect.num_gpus, 2u);
+}
+
+// A client whose CHALLENGE was slow sends its CONNECT again, in the same
+// session: either CHALLENGE that reaches it carries the cookie that pairs.
+TEST(PendingConnects, AConnectSentAgainInItsSessionKeepsItsCookie) {
+  PendingConnects pending(4, kMaxAge);
+  auto t0 = Clock::now();
+  uint64_t first = pending.Keep(Client(7), ConnectOf(1), t0).cookie;
+  EXPECT_EQ(pending.Keep(Client(7), ConnectOf(1), t0 + std::chrono::seconds(3)).cookie, first);
+  EXPECT_EQ(pending.size(), 1u);
+  // Past its age, a CONNECT sent again is a new one, with a new cookie.
+  EXPECT_NE(pending.Keep(Client(7), ConnectOf(1), t0 + kMaxAge * 2).cookie, first);
+}
+
+TEST(PendingConnects, BoundedInNumberAndAge) {
+  PendingConnects pending(2, kMaxAge);
+  auto t0 = Clock::now();
+  EXPECT_NE(pending.Keep(Client(1, 1), ConnectOf(1), t0).cookie, 0u);
+  EXPECT_NE(pending.Keep(Client(2, 2), ConnectOf(2), t0).cookie, 0u);
+  EXPECT_EQ(pending.Keep(Client(3, 3), ConnectOf(3), t0).cookie, 0u) << "kept beyond capacity";
+  EXPECT_EQ(pending.size(), 2u);
+  PendingConnects::Kept later = pending.Keep(Client(3, 3), ConnectOf(3), t0 + kMaxAge * 2);
+  EXPECT_NE(later.cookie, 0u);
+  EXPECT_EQ(later.expired, 2u);
+  EXPECT_EQ(pending.size(), 1u);
+  EXPECT_TRUE(pending.Forget(Client(3, 3)));
+  EXPECT_FALSE(pending.Forget(Client(3, 3)));
 }
 
 }  // namespace

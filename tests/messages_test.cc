@@ -26,6 +26,7 @@ ConnectMessage SampleConnect(uint32_t gpus = 2, uint32_t nics = 2, uint32_t bufs
 
 RandomFillRequest SampleRequest() {
   RandomFillRequest r;
+  r.cookie = 0xC00C1E5C00C1E5ull;
   r.remote_context = 0xDEADBEEF;
   r.seed = 1234;
   r.page_size = 4096;
@@ -103,6 +104,7 @@ TEST(MessagesTest, RandomFillRoundTrip) {
   std::vector<uint8_t> bytes = Encode(r);
   EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kRandomFill);
   RandomFillRequest d = DecodeRandomFill(bytes.data(), bytes.size());
+  EXPECT_EQ(d.cookie, r.cookie);
   EXPECT_EQ(d.remote_context, r.remote_context);
   EXPECT_EQ(d.seed, r.seed);
   EXPECT_EQ(d.page_size, r.page_size);
@@ -146,7 +148,7 @@ TEST(MessagesTest, BadMagicAndTypeAreRejected) {
 
 TEST(MessagesTest, InconsistentPageCountIsRejected) {
   std::vector<uint8_t> bytes = Encode(SampleRequest());
-  bytes[BodyOffset(bytes) + 4 + 8 + 8] = 6;  // announces 6 pages, carries 5
+  bytes[BodyOffset(bytes) + 8 + 4 + 8 + 8] = 6;  // announces 6 pages, carries 5
   EXPECT_THROW(DecodeRandomFill(bytes.data(), bytes.size()), ProtocolError);
 }
 
@@ -210,6 +212,31 @@ TEST(MessagesTest, BusyRoundTripAndIsNotAReject) {
   EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kBusy);
   EXPECT_EQ(DecodeBusy(bytes.data(), bytes.size()).reason, "serving another client");
   EXPECT_THROW(DecodeReject(bytes.data(), bytes.size()), ProtocolError);
+}
+
+TEST(MessagesTest, ChallengeRoundTripAndOnlyTheServerSendsIt) {
+  const Session reply{SampleSession().nonce, {}};
+  std::vector<uint8_t> bytes = Encode(ChallengeMessage{0xFEEDull}, reply);
+  EXPECT_EQ(PeekMessageType(bytes.data(), bytes.size()), MessageType::kChallenge);
+  EXPECT_EQ(DecodeChallenge(bytes.data(), bytes.size()).cookie, 0xFEEDull);
+  EXPECT_EQ(DecodeHeader(bytes.data(), bytes.size()).session.nonce, reply.nonce);
+  EXPECT_THROW(DecodeBusy(bytes.data(), bytes.size()), ProtocolError);
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    EXPECT_THROW(DecodeChallenge(bytes.data(), len), ProtocolError) << len;
+  }
+  std::vector<uint8_t> zero = Encode(ChallengeMessage{0}, reply);
+  EXPECT_THROW(DecodeChallenge(zero.data(), zero.size()), ProtocolError);
+  // A peer sending one to the server names a session, and is still refused.
+  std::vector<uint8_t> forged = Encode(ChallengeMessage{1}, SampleSession());
+  EXPECT_THROW(CheckClientSession(DecodeHeader(forged.data(), forged.size())), ProtocolError);
+}
+
+TEST(MessagesTest, UnpredictableNumbersAreNotZeroAndDiffer) {
+  uint64_t first = UnpredictableNonZero64();
+  EXPECT_NE(first, 0u);
+  bool differ = false;
+  for (int i = 0; i < 4 && !differ; ++i) differ = UnpredictableNonZero64() != first;
+  EXPECT_TRUE(differ);
 }
 
 TEST(MessagesTest, RejectRoundTripAndSanitising) {

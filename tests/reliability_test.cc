@@ -306,6 +306,19 @@ class RawSender {
   void Poll() { net_.PollCompletion(); }
   const std::vector<std::string>& rejects() const { return rejects_; }
 
+  // Sends `connect` (a CONNECT of this sender's session) and returns the
+  // cookie the server sent back (CHALLENGE), as a client does before its
+  // RANDOM_FILL; 0 when none came within 10 s. Waits first, so that the
+  // server's one CHALLENGE per address and 100 ms is never what is tested.
+  uint64_t ConnectForCookie(const std::vector<uint8_t>& connect) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    cookie_ = 0;
+    if (!Send(connect)) return 0;
+    auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+    while (cookie_ == 0 && SteadyClock::now() < deadline) net_.PollCompletion();
+    return cookie_;
+  }
+
   // A CONNECT of the server's layout whose regions are all one buffer of
   // ours; the tests never let a request through with it.
   ConnectMessage Connect(uint32_t gpus = 1, uint32_t nics = 2, uint32_t buffers = 2) const {
@@ -331,6 +344,15 @@ class RawSender {
     char* buf = static_cast<char*>(reply_buffer_.data()) + slot * kReplySize;
     net_.PostRecv(buf, kReplySize, reply_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
       if (op.ok()) {
+        const auto* data = reinterpret_cast<uint8_t*>(buf);
+        try {
+          if (DecodeHeader(data, op.received).type == MessageType::kChallenge) {
+            cookie_ = DecodeChallenge(data, op.received).cookie;
+            ListenForReply(slot);
+            return;
+          }
+        } catch (const ProtocolError&) {
+        }
         try {
           rejects_.push_back(DecodeReject(reinterpret_cast<uint8_t*>(buf), op.received).reason);
         } catch (const ProtocolError& e) {
@@ -352,8 +374,18 @@ class RawSender {
   MemoryRegion reply_region_;
   fi_addr_t server_ = FI_ADDR_UNSPEC;
   std::vector<std::string> rejects_;
+  uint64_t cookie_ = 0;  // the last CHALLENGE's
   Session session_;
 };
+
+// `message` (a RANDOM_FILL) carrying `cookie`, the first field of its body.
+std::vector<uint8_t> WithCookie(std::vector<uint8_t> message, uint64_t cookie) {
+  size_t at = DecodeHeader(message.data(), message.size()).body_offset;
+  for (size_t i = 0; i < 8 && at + i < message.size(); ++i) {
+    message[at + i] = static_cast<uint8_t>(cookie >> (8 * i));
+  }
+  return message;
+}
 
 std::vector<uint8_t> RandomBytes(std::mt19937_64& rng, size_t n) {
   std::vector<uint8_t> bytes(n);
@@ -391,7 +423,8 @@ struct Batch {
   std::string name;
   std::vector<std::vector<uint8_t>> dropped;  // each must be dropped
   // Sent before each dropped message (a valid CONNECT that the bad
-  // RANDOM_FILL then follows); not counted as bad.
+  // RANDOM_FILL then follows, carrying the cookie the server sent back);
+  // not counted as bad.
   std::vector<uint8_t> prelude;
 };
 
@@ -514,11 +547,14 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
     size_t expected = server.dropped() + batch.dropped.size();
     for (const auto& message : batch.dropped) {
       if (!batch.prelude.empty()) {
-        ASSERT_TRUE(sender.Send(batch.prelude)) << batch.name << server.log();
+        uint64_t cookie = sender.ConnectForCookie(batch.prelude);
+        ASSERT_NE(cookie, 0u) << batch.name << ": no CHALLENGE\n" << server.log();
+        sender.Send(WithCookie(message, cookie));
+      } else {
+        // The provider may fail an oversized send on our side too; the
+        // server drops whatever arrives.
+        sender.Send(message);
       }
-      // The provider may fail an oversized send on our side too; the
-      // server drops whatever arrives.
-      sender.Send(message);
       ++sent;
     }
     EXPECT_TRUE(server.WaitUntil([&] { return server.dropped(); }, expected, 30, poll))
@@ -535,8 +571,9 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
   // Requests that were well formed but unservable got a REJECT back.
   EXPECT_TRUE(server.WaitUntil([&] { return sender.rejects().size(); }, 1, 10, poll));
 
-  // A client the provider accepts but cannot reach (tcp: nobody listens):
-  // the writes fail and the transfer is abandoned.
+  // A request that declares an address the provider accepts but nobody
+  // listens on (tcp): the cookie sent there reaches nobody, the RANDOM_FILL
+  // that guesses it is dropped, and nothing is written or started.
   size_t unreachable = 0;
   if (provider == "tcp") {
     ConnectMessage gone = sender.Connect();
@@ -544,14 +581,21 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
       address = {2, 0, 0, 1, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};  // 127.0.0.1:1
     }
     size_t abandoned = server.abandoned();
+    size_t served = CountLines(server.out(), "Received RANDOM_FILL");
+    size_t expected = server.dropped() + 1;
     // Its session names the address nobody listens on, as its NIC 0 does.
     const Session nobody{sender.session().nonce, gone.nic_addresses[0]};
     ASSERT_TRUE(sender.Send(Encode(gone, nobody)));
-    ASSERT_TRUE(sender.Send(Encode(Request({0, 1, 2, 3}), nobody)));
-    EXPECT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, abandoned + 1, 40, poll))
+    RandomFillRequest guessed = Request({0, 1, 2, 3});
+    guessed.cookie = 0x6E55ED;
+    ASSERT_TRUE(sender.Send(Encode(guessed, nobody)));
+    ++sent;
+    EXPECT_TRUE(server.WaitUntil([&] { return server.dropped(); }, expected, 30, poll))
         << server.log();
-    std::printf("reliability: tcp client nobody listens for: %s",
-                LastRecovery(server.out()).c_str());
+    EXPECT_NE(server.err().find("its cookie is not the one sent"), std::string::npos)
+        << server.log();
+    EXPECT_EQ(CountLines(server.out(), "Received RANDOM_FILL"), served) << server.log();
+    EXPECT_EQ(server.abandoned(), abandoned) << server.log();
     ++unreachable;
     ++rounds;
     if (GoodClientServed(provider, server, &why)) {
@@ -564,7 +608,8 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
   size_t dropped = server.dropped();
   std::printf(
       "reliability: sent %zu bad messages over %s; the server dropped %zu, answered %zu with "
-      "REJECT, abandoned %zu transfer(s) to an unreachable client, and served the next good "
+      "REJECT, refused %zu request(s) of an address that never received its cookie, and "
+      "served the next good "
       "client %zu/%zu times\n",
       sent, provider.c_str(), dropped, sender.rejects().size(), unreachable, good, rounds);
   EXPECT_EQ(dropped, sent) << server.log();

@@ -31,6 +31,7 @@ ConnectMessage Connect(uint32_t gpus, uint32_t nics, uint32_t buffers, size_t ad
 
 RandomFillRequest Request(uint64_t page_size, std::vector<uint32_t> indices) {
   RandomFillRequest r;
+  r.cookie = 0xC00C1E;
   r.remote_context = 0xC0FFEE;
   r.seed = 7;
   r.page_size = page_size;
@@ -75,5 +76,6 @@ int main(int argc, char** argv) {
   Write(dir + "/request_only", {}, Encode(Request(8, {0}), s), 0);
   Write(dir + "/reject", Encode(RejectMessage{"the server says no"}, Session{s.nonce, {}}), {}, 8);
   Write(dir + "/probe", EncodeEmpty(MessageType::kProbe, s), {}, 8);
+  Write(dir + "/challenge", Encode(ChallengeMessage{0xC00C1E}, Session{s.nonce, {}}), {}, 8);
   return 0;
 }

@@ -1,5 +1,6 @@
 // libFuzzer target for everything the server does with bytes from the
-// network before it trusts them: DecodeHeader (the session), the decoders, and
+// network before it trusts them: DecodeHeader (the session), the decoders
+// (the server's CHALLENGE, which the client decodes, too), and
 // CheckConnectFitsServer / CheckRequestFits. Built by maint/fuzz.sh with
 // clang's -fsanitize=fuzzer,address,undefined.
 //
@@ -60,6 +61,12 @@ Decoded DecodeAll(const uint8_t* data, size_t size) {
   try {
     d.request = tutorial::DecodeRandomFill(data, size);
     if (tutorial::Encode(*d.request, session) != bytes) Broken("RANDOM_FILL does not encode back");
+  } catch (const ProtocolError&) {
+  }
+  try {
+    tutorial::ChallengeMessage challenge = tutorial::DecodeChallenge(data, size);
+    if (challenge.cookie == 0) Broken("CHALLENGE of cookie 0");
+    if (tutorial::Encode(challenge, session) != bytes) Broken("CHALLENGE does not encode back");
   } catch (const ProtocolError&) {
   }
   try {
