@@ -126,7 +126,7 @@ class RandomFillClient {
                            FormatSeconds(options_.timeout) + " s): " + busy_reason_);
       }
       // Jittered (0.5-1.5 x): clients told BUSY at the same moment must not
-      // ask again at the same moment, or they keep meeting (OwedFills).
+      // ask again at the same moment, or they keep meeting at the front door.
       double pause =
           std::min(wait * std::uniform_real_distribution<double>(0.5, 1.5)(jitter), left);
       std::printf(
