@@ -346,6 +346,22 @@ def _round_of(folder):
     return int(m.group(1)) if m else 1
 
 
+def _pooled_step(entries, before, after):
+    """A step judged on every round's runs at once (compare.py's rule)."""
+    import compare  # compare imports this module: imported when used
+
+    records = [r for _, _, data in entries for r in data.get("records", [])]
+    a, b = compare.log_rates(records, before), compare.log_rates(records, after)
+    if not a or not b:
+        return ""
+    step, noise = compare.step_between(a, b)
+    if noise is None:
+        return f"x{step:.3f}"
+    verdict = ("inside the noise" if abs(math.log(step)) <= noise
+               else "gain" if step > 1 else "LOSS")
+    return f"x{step:.3f} ±{noise:.3f} {verdict}"
+
+
 def summary_text(folders):
     """The lessons of fresh ladders, grouped by page size and CPU count: each
     lesson's step in every round (ratio, uncertainty, verdict, as compare.py
@@ -367,8 +383,8 @@ def summary_text(folders):
         out += [f"**{page}-byte pages, the lessons' steps** (SIMULATED; rate ratio, "
                 "± the half-width of its 95% interval (Welch's t-test on the runs), compare.py's verdict):", "",
                 "| CPUs | layout | step | " + " | ".join(f"round {r}" for r in rounds)
-                + " | gain beyond noise | loss beyond noise |",
-                "|---:|---|---|" + "---|" * len(rounds) + "---:|---:|"]
+                + " | all rounds' runs together | gain beyond noise | loss beyond noise |",
+                "|---:|---|---|" + "---|" * len(rounds) + "---|---:|---:|"]
         for key in keys:
             entries = sorted(runs[key], key=lambda e: e[0])
             layout = entries[0][1]
@@ -388,6 +404,7 @@ def summary_text(folders):
                                   + f" {verdict}")
                 out.append(f"| {key[1]} | {layout} | {before[:2]} -> {after[:2]} | "
                            + " | ".join(cells.get(r, "") for r in rounds)
+                           + f" | {_pooled_step(entries, before, after)}"
                            + f" | {gains} of {judged} | {losses} of {judged} |")
         chapters = [c for c in PROFILE if any(
             c in prediction_errors(d) for k in keys for _, _, d in runs[k])]

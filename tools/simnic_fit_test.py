@@ -125,25 +125,30 @@ class SimnicFitTest(unittest.TestCase):
                       self.run_tool("--errors", "--again", folders=[folder]))
 
     def test_summary_counts_rounds_and_marks_misses(self):
-        def folder(name, cpus, page, steps, errors):
+        def folder(name, cpus, page, steps, errors, rates=None):
             path = pathlib.Path(self.dir.name) / name
             path.mkdir()
             rows = [{"chapter": c, "step": s, "step_noise": n, "step_verdict": v,
                      "prediction_error": errors.get(c)} for c, (s, n, v) in steps.items()]
             rows.insert(0, {"chapter": "13_shard", "prediction_error": errors.get("13_shard")})
+            records = [{"chapter": c, "ok": True, "gbps": g} for c, gs in (rates or {}).items()
+                       for g in gs]
             (path / "results.json").write_text(json.dumps({
                 "meta": {"machine": {"cpus": cpus},
                          "settings": {"gpus": 2, "nics_per_gpu": 4, "page_size": page}},
-                "rows": rows}))
+                "rows": rows, "records": records}))
             return path
         gain, flat = (1.9, 0.02, "gain"), (1.01, 0.03, "inside the noise")
         folders = [folder("m-taskset4-r1-simnic-host-2x4-page256", 4, 256,
-                          {"14_batch": gain}, {"13_shard": 0.05, "14_batch": 0.2}),
+                          {"14_batch": gain}, {"13_shard": 0.05, "14_batch": 0.2},
+                          {"13_shard": (1.0, 1.0), "14_batch": (2.0, 2.0)}),
                    folder("m-taskset4-r2-simnic-host-2x4-page256", 4, 256,
-                          {"14_batch": flat}, {"13_shard": -0.01, "14_batch": 0.1})]
+                          {"14_batch": flat}, {"13_shard": -0.01, "14_batch": 0.1},
+                          {"13_shard": (1.0, 1.0), "14_batch": (2.0, 2.0)})]
         out = self.run_tool("--summary", folders=folders)
+        # The rounds as compare.py judged each, then all their runs at once.
         self.assertIn("| 4 | 2 x 4 | 13 -> 14 | x1.900 ±0.020 gain | x1.010 ±0.030 inside the "
-                      "noise | 1 of 2 | 0 of 2 |", out)
+                      "noise | x2.000 ±0.000 gain | 1 of 2 | 0 of 2 |", out)
         self.assertIn("| 4 | +5.0 / -1.0 | **+20.0** / +10.0 |", out)
 
     def test_scheduler_share_is_what_simnics_balancer_does(self):
