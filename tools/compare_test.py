@@ -296,8 +296,8 @@ class CompareLeavesCheckoutCleanTest(unittest.TestCase):
         pred["17_op_pool"]["mops"] = 1.53
         n, smallest = compare.runs_for_steps(pred)
         self.assertEqual(smallest[:2], ("16_thread_domain", "17_op_pool"))
-        self.assertTrue(3 < n <= 12)
-        self.assertEqual(compare.runs_for_steps(None), (12, None))
+        self.assertTrue(3 < n <= 36)
+        self.assertEqual(compare.runs_for_steps(None), (36, None))
 
     def test_simnic_layout_fits_the_cpus(self):
         sys.path.insert(0, str(self.root / "tools"))
