@@ -21,6 +21,8 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import compare  # noqa: E402
 
+# compare.py's verdict on a step, in words for two builds of one chapter.
+AB_WORDS = {"inside the noise": "unchanged within the noise", "gain": "faster", "LOSS": "SLOWER"}
 FOLDER = re.compile(r"-ab-(before|now)-r(\d+)-simnic-host-(\d+x\d+)-page(\d+)$")
 
 
@@ -50,8 +52,7 @@ def table(runs):
             continue
         step, noise = compare.step_between([math.log(r["gbps"]) for r in b],
                                            [math.log(r["gbps"]) for r in a])
-        verdict = ("unchanged within the noise" if noise is not None and abs(math.log(step)) <= noise
-                   else "faster" if step > 1 else "SLOWER")
+        verdict = AB_WORDS.get(compare.step_verdict(step, noise), "noise unknown")
 
         def gmean(rs):
             return math.exp(statistics.fmean(math.log(r["mops"]) for r in rs))

@@ -600,12 +600,17 @@ def add_steps(rows, records):
         step, noise = step_between(a, b)
         row["step"] = step
         row["step_noise"] = noise
-        if noise is None:
-            row["step_verdict"] = "noise unknown (one run)"
-        elif abs(math.log(step)) <= noise:
-            row["step_verdict"] = "inside the noise"
-        else:
-            row["step_verdict"] = "gain" if step > 1 else "LOSS"
+        row["step_verdict"] = step_verdict(step, noise)
+
+
+def step_verdict(step, noise):
+    """gain or LOSS when the interval (step_between) leaves out no change,
+    else inside the noise."""
+    if noise is None:
+        return "noise unknown (one run)"
+    if abs(math.log(step)) <= noise:
+        return "inside the noise"
+    return "gain" if step > 1 else "LOSS"
 
 
 def runs_for_steps(prediction, steps=CPU_LIMITED_STEPS, spread=RUN_SPREAD,

@@ -357,9 +357,7 @@ def _pooled_step(entries, before, after):
     step, noise = compare.step_between(a, b)
     if noise is None:
         return f"x{step:.3f}"
-    verdict = ("inside the noise" if abs(math.log(step)) <= noise
-               else "gain" if step > 1 else "LOSS")
-    return f"x{step:.3f} ±{noise:.3f} {verdict}"
+    return f"x{step:.3f} ±{noise:.3f} {compare.step_verdict(step, noise)}"
 
 
 def summary_text(folders):
