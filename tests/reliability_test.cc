@@ -197,6 +197,34 @@ class LiveServer {
     }
   }
 
+  // After the `restart`-th restart (1-based) of a supervised server: the
+  // new server wrote its address, and the one that ended removed its shm
+  // files. False (with why) if not within 60 s.
+  bool WaitForRestartedServer(size_t restart, std::string* why) const {
+    auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    if (!WaitUntil([&] { return server_pids().size(); }, restart + 1, 30, pause)) {
+      *why = "no new server started\n" + log();
+      return false;
+    }
+    pid_t pid = server_pids()[restart];
+    if (!WaitUntil(
+            [&] {
+              std::vector<uint8_t> bytes = address();
+              return std::string(bytes.begin(), bytes.end())
+                         .find("://" + std::to_string(pid) + ":") != std::string::npos;
+            },
+            1, 60, pause)) {
+      *why = "the new server wrote no address\n" + log();
+      return false;
+    }
+    pid_t ended = server_pids()[restart - 1];
+    if (!ShmFilesOf(ended).empty()) {
+      *why = "the ended server left " + Joined(ShmFilesOf(ended));
+      return false;
+    }
+    return true;
+  }
+
   // Ctrl-C: the server must exit 0 on its own, promptly, print its
   // "Stopping" line and leave no shared-memory file behind.
   void StopAndCheck() {
@@ -651,23 +679,8 @@ TEST_P(ReliabilityTest, OversizedMessage) {
         EXPECT_EQ(CountLines(err, "has been stuck inside one libfabric call"), round) << err;
         EXPECT_EQ(CountLines(err, "; exiting (code 3: start it again"), round) << err;
         EXPECT_TRUE(server.process().running()) << server.log();
-        // The new server's address, once it has written it.
-        ASSERT_TRUE(
-            server.WaitUntil([&] { return server.server_pids().size(); }, round + 1, 30,
-                             [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }))
-            << server.log();
-        pid_t pid = server.server_pids().back();
-        ASSERT_TRUE(server.WaitUntil(
-            [&] {
-              std::vector<uint8_t> bytes = server.address();
-              return std::string(bytes.begin(), bytes.end())
-                         .find("://" + std::to_string(pid) + ":") != std::string::npos;
-            },
-            1, 60, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }))
-            << server.log();
-        // The server that ended removed its shm files.
-        pid_t ended = server.server_pids()[round - 1];
-        EXPECT_TRUE(ShmFilesOf(ended).empty()) << Joined(ShmFilesOf(ended));
+        std::string restart_why;
+        ASSERT_TRUE(server.WaitForRestartedServer(round, &restart_why)) << restart_why;
       } else if (round == 1) {
         outcome = "truncated it (no CMA)";
       }
@@ -707,15 +720,59 @@ bool WaitForWrites(const LiveServer& server, size_t transfers_before, double sec
 
 constexpr uint64_t kLongRepeat = 2000;
 
+// How the server got over a client lost mid-transfer.
+enum class LostClientOutcome { kNone, kAbandoned, kRestarted };
+
+// A lost client's transfer ends one of two ways. The server abandons it
+// (every provider); or, on shm, the client died or stopped while it held a
+// lock of its shm region, the server's next write to it spins on that lock
+// for ever, and the watchdog ends the server with code 3 for its
+// supervisor to start again (docs/provider-failures.md: "Two shm hazards").
+// Waits up to `seconds` for either.
+LostClientOutcome WaitForLostClientHandled(const LiveServer& server, size_t abandoned_before,
+                                           size_t restarts_before, double seconds) {
+  LostClientOutcome outcome = LostClientOutcome::kNone;
+  server.WaitUntil(
+      [&] {
+        if (server.abandoned() > abandoned_before) outcome = LostClientOutcome::kAbandoned;
+        if (server.restarts() > restarts_before) outcome = LostClientOutcome::kRestarted;
+        return static_cast<size_t>(outcome != LostClientOutcome::kNone);
+      },
+      1, seconds, [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  return outcome;
+}
+
+// One line for the test's output; checks a restart the way OversizedMessage
+// does.
+std::string DescribeLostClientOutcome(LostClientOutcome outcome, const LiveServer& server,
+                                      size_t restarts_before, double seconds) {
+  char text[200];
+  if (outcome == LostClientOutcome::kAbandoned) {
+    std::snprintf(text, sizeof(text), "abandoned after %.2f s: ", seconds);
+    return text + LastRecovery(server.out());
+  }
+  std::string err = server.err();
+  EXPECT_EQ(CountLines(err, "has been stuck inside one libfabric call"), restarts_before + 1)
+      << err;
+  std::string why;
+  EXPECT_TRUE(server.WaitForRestartedServer(restarts_before + 1, &why)) << why;
+  std::snprintf(text, sizeof(text),
+                "stuck on the lost client's shm lock; the watchdog ended the server after "
+                "%.1f s and the next one started\n",
+                seconds);
+  return text;
+}
+
 TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
   const std::string provider = GetParam();
-  LiveServer server(provider, kLongRepeat);
+  LiveServer server(provider, kLongRepeat, /*supervised=*/provider == "shm");
   constexpr size_t kKills = 1;
   size_t good = 0;
   for (size_t round = 0; round < kKills; ++round) {
     TempDir dir;
     size_t started = CountLines(server.out(), "Started RDMA WRITE");
     size_t abandoned = server.abandoned();
+    size_t restarts = server.restarts();
     auto client = StartLongClient(provider, server, dir, 120);
     ASSERT_TRUE(WaitForWrites(server, started, 60)) << server.log();
     pid_t pid = client->pid();
@@ -723,12 +780,12 @@ TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
     EXPECT_EQ(client->Wait(10), 128 + SIGKILL);
     RemoveShmFilesOf(pid);
     auto killed_at = SteadyClock::now();
-    ASSERT_TRUE(server.WaitUntil([&] { return server.abandoned(); }, abandoned + 1, 40,
-                                 [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }))
-        << server.log();
+    LostClientOutcome outcome = WaitForLostClientHandled(server, abandoned, restarts, 40);
     double seconds = std::chrono::duration<double>(SteadyClock::now() - killed_at).count();
-    std::printf("reliability: %s client killed mid-transfer; abandoned after %.2f s: %s",
-                provider.c_str(), seconds, LastRecovery(server.out()).c_str());
+    ASSERT_NE(outcome, LostClientOutcome::kNone) << server.log();
+    if (provider != "shm") ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+    std::printf("reliability: %s client killed mid-transfer; %s", provider.c_str(),
+                DescribeLostClientOutcome(outcome, server, restarts, seconds).c_str());
     ASSERT_TRUE(server.process().running()) << server.log();
     std::string why;
     if (GoodClientServed(provider, server, &why)) {
@@ -738,8 +795,8 @@ TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
     }
   }
   std::printf(
-      "reliability: killed %zu clients mid-transfer over %s; the server abandoned each transfer "
-      "and served the next good client %zu/%zu times\n",
+      "reliability: killed %zu clients mid-transfer over %s; the server got over each and "
+      "served the next good client %zu/%zu times\n",
       kKills, provider.c_str(), good, kKills);
   EXPECT_EQ(good, kKills);
   server.StopAndCheck();
@@ -786,27 +843,27 @@ TEST(ReliabilityShmTest, ClientInServiceHearsItsServerEndedAndTheNextIsServed) {
 }
 
 // A client that stops answering without dying (SIGSTOP): no error ever
-// comes, so the server's stall watchdog must end the transfer.
+// comes, so the server's stall watchdog must end the transfer (or, on shm,
+// the provider watchdog the server: WaitForLostClientHandled).
 TEST_P(ReliabilityTest, ClientFrozenMidTransfer) {
   const std::string provider = GetParam();
-  LiveServer server(provider, kLongRepeat);
+  LiveServer server(provider, kLongRepeat, /*supervised=*/provider == "shm");
   TempDir dir;
   auto client = StartLongClient(provider, server, dir, 120);
   ASSERT_TRUE(WaitForWrites(server, 0, 60)) << server.log();
   client->Signal(SIGSTOP);
   auto frozen_at = SteadyClock::now();
-  bool abandoned =
-      server.WaitUntil([&] { return server.abandoned(); }, 1, 60,
-                       [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  LostClientOutcome outcome = WaitForLostClientHandled(server, 0, 0, 60);
   double seconds = std::chrono::duration<double>(SteadyClock::now() - frozen_at).count();
   pid_t pid = client->pid();
   client->Signal(SIGKILL);
   client->Signal(SIGCONT);
   client->Wait(10);
   RemoveShmFilesOf(pid);
-  ASSERT_TRUE(abandoned) << server.log();
-  std::printf("reliability: %s client frozen mid-transfer; abandoned after %.1f s: %s",
-              provider.c_str(), seconds, LastRecovery(server.out()).c_str());
+  ASSERT_NE(outcome, LostClientOutcome::kNone) << server.log();
+  if (provider != "shm") ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+  std::printf("reliability: %s client frozen mid-transfer; %s", provider.c_str(),
+              DescribeLostClientOutcome(outcome, server, 0, seconds).c_str());
   std::string why;
   EXPECT_TRUE(GoodClientServed(provider, server, &why)) << why;
   server.StopAndCheck();
