@@ -45,6 +45,10 @@ hand:
   <!-- costs:begin simnic -->        simnic/costs.h as a table: each frozen
   <!-- costs:end -->                 cost, its variable and its rule
                                      (tools/simnic_fit.py --costs)
+  <!-- model:begin FOLDER -->        the line simnic printed about its model
+  <!-- model:end -->                 in a recording (results/FOLDER/
+                                     results.json, every run's "model"),
+                                     wrapped
   <!-- output:begin 14_batch -->     what a short run of the chapter prints
   <!-- output:end -->                ("What you should see"): the transcript
                                      docs/output/14_batch.txt, which
@@ -115,7 +119,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 import series  # noqa: E402
 import simnic_fit  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder|costs):begin ([^ ]+) -->\n)(.*?)"
+BLOCK = re.compile(r"(<!-- (diff|source|results|code|series|counters|output|ladder|costs|model):begin ([^ ]+) -->\n)(.*?)"
                    r"(<!-- \2:end -->)", re.S)
 
 
@@ -363,6 +367,22 @@ def render_output(repo, chapter):
         raise BlockError(f"output:begin {chapter}: no {rel} (bazel build //chapters/... && "
                          f"python3 maint/capture_output.py --chapters {chapter})")
     return "```text\n" + text.rstrip("\n") + "\n```\n"
+
+
+def render_model(repo, folder):
+    """What simnic printed about itself in a recording, wrapped as a text
+    block: the model line is quoted from a run, never typed."""
+    import textwrap
+    try:
+        records = json.loads((repo.root / "results" / folder / "results.json")
+                             .read_text())["records"]
+        models = {r["model"] for r in records if r.get("model")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BlockError(f"model:begin {folder}: no results/{folder}/results.json records: {e}")
+    if len(models) != 1:
+        raise BlockError(f"model:begin {folder}: {len(models)} different model lines")
+    line = models.pop()
+    return "```text\n" + "\n".join(textwrap.wrap(line, 96)) + "\n```\n"
 
 
 # --- the series' ladder ----------------------------------------------------
@@ -906,6 +926,8 @@ def regenerate(repo, page):
             body = render_ladder(repo, arg)
         elif kind == "costs":
             body = render_costs(repo, arg)
+        elif kind == "model":
+            body = render_model(repo, arg)
         elif arg == "all":
             body = render_results_all(repo, prefix)
         else:
