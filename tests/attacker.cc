@@ -29,6 +29,12 @@
 //              (...)" (exit 0) when none of the bystander's bytes changed,
 //              or exit 1. The bystander counts the CHALLENGEs that reach
 //              it and never hands them to the attacker.
+//   nic-forged like forged, but the session and NIC 0 are this endpoint's
+//              own, and only NIC 1 on (addresses and regions) are the
+//              bystander's: the attacker reads its CHALLENGE and echoes its
+//              cookie correctly, one session every 150 ms. Only proof that
+//              it receives at every NIC's address keeps the server from
+//              writing into the bystander. Ends as forged does.
 //   cookie-rtt not an attack: one CONNECT (a new session each) every
 //              110 ms, timing each until its CHALLENGE arrives, the round
 //              trip a client now waits before its RANDOM_FILL. Prints
@@ -246,6 +252,7 @@ class Attacker {
     }
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
     if (o_.mode == "forged") return Forge(end);
+    if (o_.mode == "nic-forged") return ForgeOtherNics(end);
     if (o_.mode == "cookie-rtt") return TimeChallenges(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
@@ -296,6 +303,48 @@ class Attacker {
       Post(Encode(connect, forged));
       Post(Encode(fill, forged));
     }
+    return sent_;
+  }
+
+  // NIC 0 is ours and proven; NIC 1 on are the bystander's. The server
+  // sends the bystander a CHALLENGE of its own, which we never see: the
+  // cookie we echo (NIC 0's) must not be enough.
+  size_t ForgeOtherNics(Clock::time_point end) {
+    if (bystander_ == nullptr) throw UsageError("--mode nic-forged needs its bystander");
+    if (o_.gpus * o_.nics_per_gpu < 2) throw UsageError("--mode nic-forged needs 2 NICs or more");
+    ConnectMessage connect = Connect();
+    for (size_t i = 1; i < connect.nic_addresses.size(); ++i) {
+      connect.nic_addresses[i] = bystander_->address;
+    }
+    for (size_t r = o_.buffers_per_gpu; r < connect.regions.size(); ++r) {
+      connect.regions[r] = bystander_->region;
+    }
+    size_t challenged = 0, fills = 0;
+    while (Clock::now() < end) {
+      Session session = NewSession();
+      challenge_for_ = session.nonce;
+      challenged_ = false;
+      ListenForChallenge();
+      auto sent = Clock::now();
+      SendNow(Encode(connect, session));
+      auto deadline = sent + std::chrono::seconds(2);
+      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+      if (challenged_) {
+        ++challenged;
+        RandomFillRequest fill = Fill();
+        fill.cookie = challenge_cookie_;  // NIC 0's cookie, echoed as a client does
+        SendNow(Encode(fill, session));
+        ++fills;
+      }
+      // The server sends one CHALLENGE per address and 100 ms.
+      auto next = sent + std::chrono::milliseconds(150);
+      while (Clock::now() < next) {
+        net_.PollCompletion();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    std::printf("attacker: %zu CHALLENGE(s) heard, %zu RANDOM_FILL(s) echoing them\n", challenged,
+                fills);
     return sent_;
   }
 
@@ -355,8 +404,10 @@ class Attacker {
       try {
         const auto* data = static_cast<const uint8_t*>(op.buf);
         MessageHeader header = DecodeHeader(data, op.received);
-        challenged_ |=
-            header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+        if (header.type == MessageType::kChallenge && header.session.nonce == challenge_for_) {
+          challenge_cookie_ = DecodeChallenge(data, op.received).cookie;
+          challenged_ = true;
+        }
       } catch (const ProtocolError&) {
       }
       ListenForChallenge();
@@ -452,7 +503,8 @@ class Attacker {
   size_t malformed_ = 0;
   const Victim* bystander_ = nullptr;
   bool heard_busy_ = false;
-  uint64_t challenge_for_ = 0;  // cookie-rtt
+  uint64_t challenge_for_ = 0;  // cookie-rtt, nic-forged
+  uint64_t challenge_cookie_ = 0;
   bool challenged_ = false;
   bool listening_ = false;
 };
@@ -463,7 +515,7 @@ class Attacker {
 namespace tutorial {
 namespace {
 
-// Forged mode: the bystander runs in a child process, forked before this
+// Forged modes: the bystander runs in a child process, forked before this
 // process touches libfabric. Returns the attacker's exit code.
 int RunForged(const Options& options) {
   int up[2], down[2];  // bystander to attacker, attacker to bystander
@@ -537,7 +589,9 @@ int RunForged(const Options& options) {
 int main(int argc, char** argv) {
   try {
     tutorial::Options options = tutorial::Parse(argc, argv);
-    if (options.mode == "forged") return tutorial::RunForged(options);
+    if (options.mode == "forged" || options.mode == "nic-forged") {
+      return tutorial::RunForged(options);
+    }
     auto start = std::chrono::steady_clock::now();
     size_t sent;
     {
