@@ -35,10 +35,10 @@ constexpr double kStuckSeconds = 10.0;
 // client nothing when its server dies; shm names the process).
 constexpr double kProbeSeconds = 2.0;
 constexpr double kServerGoneSeconds = 10.0;
-// A CONNECT that the server answers with neither its cookie (CHALLENGE)
-// nor BUSY within this long may have been lost: the client sends it again,
-// in the same session (the server sends the same cookie again), until the
-// server has been silent for kServerGoneSeconds.
+// A CONNECT that the server answers with neither its cookies (a CHALLENGE
+// to every NIC) nor BUSY within this long may have been lost: the client
+// sends it again, in the same session (the server sends the same cookies
+// again), until the server has been silent for kServerGoneSeconds.
 constexpr double kChallengeSeconds = 3.0;
 
 class RandomFillClient {
@@ -176,11 +176,13 @@ class RandomFillClient {
     notices_ = 0;
   }
 
-  // Sends CONNECT; true once the server sent this session its cookies
-  // (a CHALLENGE to NIC 0 and one to every other NIC), false when it answered BUSY or --timeout is
-  // over. A CONNECT that hears nothing for kChallengeSeconds is sent again in the same session, so
-  // that a CHALLENGE that was only slow still counts. A REJECT ends the client (PollAll); so does a
-  // server that answered nothing at all for kServerGoneSeconds, or whose process is gone (shm).
+  // Sends CONNECT; true once the server sent this session its cookies (a
+  // CHALLENGE to NIC 0 and one to every other NIC), false when it answered
+  // BUSY or --timeout is over. A CONNECT that hears nothing for
+  // kChallengeSeconds is sent again in the same session, so that a
+  // CHALLENGE that was only slow still counts. A REJECT ends the client
+  // (PollAll); so does a server that answered nothing at all for
+  // kServerGoneSeconds, or whose process is gone (shm).
   bool ConnectForCookie(Clock::time_point deadline) {
     const std::vector<uint8_t> connect = Encode(MakeConnect(), session_);
     Send(server_, connect, "CONNECT");
@@ -428,8 +430,8 @@ class RandomFillClient {
   }
 
   // The server's answer, if any: a REJECT (which ends the run), a BUSY
-  // (ask again later), a CHALLENGE (the cookie our RANDOM_FILL echoes) or
-  // an ALIVE (a PROBE's answer). One receive, posted once and again after
+  // (ask again later), NIC 0's CHALLENGE (a cookie our RANDOM_FILL
+  // carries) or an ALIVE (a PROBE's answer). One receive, posted once and again after
   // every reply but a REJECT; a reply that names another session (an older
   // attempt's, or nobody's: a server's reply carries the nonce of the
   // session it answers) is ignored.
