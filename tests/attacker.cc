@@ -39,6 +39,10 @@
 //              110 ms, timing each until its CHALLENGE arrives, the round
 //              trip a client now waits before its RANDOM_FILL. Prints
 //              "attacker: N CHALLENGE(s): first F us, median M us, 90% P us"
+//              With --own-nics K (K > 1) it opens K endpoints of its own and
+//              declares them as the NICs (NIC i is endpoint i mod K), as a
+//              client of K NICs does, and times each CONNECT until all K
+//              CHALLENGEs came ("... N round(s) of K CHALLENGEs: ...").
 // Other modes never read what the server answers. At the end it prints one
 // line: "attacker: sent N message(s) in S s".
 #include <poll.h>
@@ -75,6 +79,7 @@ struct Options {
   std::string mode;
   double seconds = 10;
   double interval = 5;
+  uint32_t own_nics = 1;
   uint32_t gpus = 1, nics_per_gpu = 2, buffers_per_gpu = 2;
 };
 
@@ -92,6 +97,8 @@ Options Parse(int argc, char** argv) {
       o.seconds = std::stod(value);
     } else if (flag == "--interval") {
       o.interval = std::stod(value);
+    } else if (flag == "--own-nics") {
+      o.own_nics = static_cast<uint32_t>(std::stoul(value));
     } else if (flag == "--gpus") {
       o.gpus = static_cast<uint32_t>(std::stoul(value));
     } else if (flag == "--nics-per-gpu") {
@@ -369,29 +376,94 @@ class Attacker {
   }
 
   size_t TimeChallenges(Clock::time_point end) {
+    if (o_.own_nics < 1 || o_.own_nics > o_.gpus * o_.nics_per_gpu) {
+      throw UsageError("--own-nics must be 1 to the server's NIC count");
+    }
+    for (uint32_t i = 1; i < o_.own_nics; ++i)
+      own_nics_.push_back(std::make_unique<OwnNic>(*infos_[0]));
+    ConnectMessage connect = Connect();
+    for (size_t i = 0; i < connect.nic_addresses.size(); ++i) {
+      size_t k = i % o_.own_nics;
+      if (k > 0) connect.nic_addresses[i] = own_nics_[k - 1]->net.address();
+    }
+    auto all_heard = [this] {
+      if (!challenged_) return false;
+      for (const auto& nic : own_nics_) {
+        if (!nic->heard) return false;
+      }
+      return true;
+    };
+    auto poll_all = [this] {
+      net_.PollCompletion();
+      for (const auto& nic : own_nics_) nic->net.PollCompletion();
+    };
     std::vector<double> micros;
     while (Clock::now() < end) {
       Session session = NewSession();
       challenge_for_ = session.nonce;
       challenged_ = false;
       ListenForChallenge();
+      for (const auto& nic : own_nics_) {
+        nic->heard = false;
+        Listen(*nic);
+      }
       auto sent = Clock::now();
-      Post(Encode(Connect(), session));
+      Post(Encode(connect, session));
       auto deadline = sent + std::chrono::seconds(2);
-      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
-      if (challenged_) {
+      while (!all_heard() && Clock::now() < deadline) poll_all();
+      if (all_heard()) {
         micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
       }
       // The server sends one CHALLENGE per address and 100 ms.
       auto next = sent + std::chrono::milliseconds(110);
-      while (Clock::now() < next) net_.PollCompletion();
+      while (Clock::now() < next) poll_all();
     }
     if (micros.empty()) throw RuntimeError("no CHALLENGE came");
     double first = micros.front();
     std::sort(micros.begin(), micros.end());
-    std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
-                micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    if (own_nics_.empty()) {
+      std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
+                  micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    } else {
+      std::printf(
+          "attacker: %zu round(s) of %u CHALLENGEs: first %.0f us, median %.0f us, 90%% %.0f "
+          "us\n",
+          micros.size(), o_.own_nics, first, micros[micros.size() / 2],
+          micros[micros.size() * 9 / 10]);
+    }
     return sent_;
+  }
+
+  // cookie-rtt's NIC 1 on: an endpoint of ours with one receive.
+  struct OwnNic {
+    explicit OwnNic(const fi_info& info)
+        : net(info),
+          inbox(Buffer::Allocate(MemoryKind::kHost, -1, kSlotSize)),
+          inbox_region(net.Register(inbox)) {}
+    ~OwnNic() { Recovery::CloseEndpoint(net); }  // before the buffer goes
+    Network net;
+    Buffer inbox;
+    MemoryRegion inbox_region;
+    bool listening = false;
+    bool heard = false;  // the CHALLENGE of the session `challenge_for_`
+  };
+
+  void Listen(OwnNic& nic) {
+    if (nic.listening) return;
+    nic.listening = true;
+    nic.net.PostRecv(
+        nic.inbox.data(), kSlotSize, nic.inbox_region.desc(), [this, &nic](Network&, RdmaOp& op) {
+          nic.listening = false;
+          if (op.error != 0) return;
+          try {
+            const auto* data = static_cast<const uint8_t*>(op.buf);
+            MessageHeader header = DecodeHeader(data, op.received);
+            nic.heard |=
+                header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+          } catch (const ProtocolError&) {
+          }
+          Listen(nic);
+        });
   }
 
   // One receive for the CHALLENGE of the session `challenge_for_`.
@@ -502,6 +574,7 @@ class Attacker {
   size_t sent_ = 0;
   size_t malformed_ = 0;
   const Victim* bystander_ = nullptr;
+  std::vector<std::unique_ptr<OwnNic>> own_nics_;  // cookie-rtt with --own-nics
   bool heard_busy_ = false;
   uint64_t challenge_for_ = 0;  // cookie-rtt, nic-forged
   uint64_t challenge_cookie_ = 0;
