@@ -204,6 +204,10 @@ class AttackTest(unittest.TestCase):
             after = rss_kb(server.process.pid)
             alive = server.process.poll() is None
             log = read(server.log)
+            if mode == "stop":
+                # Its transfer started: the server had a peer that stopped reading.
+                self.assertIn("stopped reading after its RANDOM_FILL", read(attacker_log),
+                              f"{tag}: {read(attacker_log)}\n{log[-3000:]}")
             if mode in ("forged", "nic-forged"):
                 # The attacker checks the bystander's memory itself.
                 self.assertEqual(attacker.returncode, 0,

@@ -13,8 +13,11 @@
 //   owed       one CONNECT every --interval seconds, never a RANDOM_FILL
 //   malformed  CONNECTs naming addresses the provider must refuse, and
 //              sessions naming random addresses (nobody, or a stranger)
-//   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
-//              no progress at all: a client that stops reading
+//   stop       one good CONNECT and RANDOM_FILL naming this endpoint (its
+//              CHALLENGE read and its cookie echoed, so that the server
+//              starts writing), then no progress at all: a client that
+//              stops reading. Says "attacker: stopped reading after its
+//              RANDOM_FILL", or "attacker: no CHALLENGE came" (exit 1)
 //   forgotten  one good CONNECT naming this endpoint (its CHALLENGE is
 //              read and ignored), its RANDOM_FILL lost,
 //              then a PROBE every 2 s as a waiting client sends: ends with
@@ -250,9 +253,22 @@ class Attacker {
     const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(o_.seconds));
     if (o_.mode == "stop") {
-      Session session = NewSession();
-      SendNow(Encode(Connect(), session));
-      SendNow(Encode(Fill(), session));
+      // A session the server keeps (it may be busy: then again, 2 s later).
+      while (!challenged_ && Clock::now() < end) {
+        Session session = NewSession();
+        challenge_for_ = session.nonce;
+        ListenForChallenge();
+        SendNow(Encode(Connect(), session));
+        auto deadline = Clock::now() + std::chrono::seconds(2);
+        while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+        if (!challenged_) continue;
+        RandomFillRequest fill = Fill();
+        fill.cookie = challenge_cookie_;
+        SendNow(Encode(fill, session));
+      }
+      if (!challenged_) throw RuntimeError("no CHALLENGE came");
+      std::printf("attacker: stopped reading after its RANDOM_FILL\n");
+      std::fflush(stdout);
       // No progress from here on: the server's writes find nobody reading.
       while (Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return sent_;
