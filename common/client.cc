@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -34,10 +35,10 @@ constexpr double kStuckSeconds = 10.0;
 // client nothing when its server dies; shm names the process).
 constexpr double kProbeSeconds = 2.0;
 constexpr double kServerGoneSeconds = 10.0;
-// A CONNECT that the server answers with neither its cookie (CHALLENGE)
-// nor BUSY within this long may have been lost: the client sends it again,
-// in the same session (the server sends the same cookie again), until the
-// server has been silent for kServerGoneSeconds.
+// A CONNECT that the server answers with neither its cookies (a CHALLENGE
+// to every NIC) nor BUSY within this long may have been lost: the client
+// sends it again, in the same session (the server sends the same cookies
+// again), until the server has been silent for kServerGoneSeconds.
 constexpr double kChallengeSeconds = 3.0;
 
 class RandomFillClient {
@@ -55,6 +56,17 @@ class RandomFillClient {
         probe_region_(nic0_.Register(probe_buffer_)) {
     // Where the server's replies go; each attempt picks its own nonce.
     session_.address = nic0_.address();
+    // Every other NIC hears its own CHALLENGE: one inbox on each whose
+    // address no earlier NIC has (the server sends one per address).
+    std::vector<std::vector<uint8_t>> seen{session_.address};
+    for (size_t i = 1; i < num_nics_; ++i) {
+      Network& net = node_.net(i / node_.nics_per_gpu(), i % node_.nics_per_gpu());
+      if (std::find(seen.begin(), seen.end(), net.address()) != seen.end()) continue;
+      seen.push_back(net.address());
+      Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kChallengeInboxSize);
+      MemoryRegion region = net.Register(buffer);
+      inboxes_.emplace_back(i, std::move(buffer), std::move(region));
+    }
   }
 
   // The client is the node's last user: its endpoints close before any
@@ -82,6 +94,7 @@ class RandomFillClient {
     remote_context_ = request.remote_context;
     last_reply_at_ = Clock::now();
     ListenForReply();
+    for (size_t k = 0; k < inboxes_.size(); ++k) ListenForChallenge(k);
     for (size_t g = 0; g < node_.num_gpus(); ++g) {
       for (size_t n = 0; n < node_.nics_per_gpu(); ++n) {
         node_.net(g, n).OnRemoteWrite([this, &request](Network&, uint64_t data) {
@@ -105,11 +118,11 @@ class RandomFillClient {
       // queue our name at the server: harness/recovery.h, bug B).
       if (StopRequested()) throw RuntimeError("interrupted before sending CONNECT");
       NewSession();
-      // The server writes only to a client that proved it receives at its
-      // session's address: it sends a cookie there, which the RANDOM_FILL
-      // echoes (one more round trip).
+      // The server writes only to a client that proved it receives at
+      // every address it declared: it sends a cookie to each, and the
+      // RANDOM_FILL carries their XOR (one more round trip).
       if (ConnectForCookie(run_deadline)) {
-        request.cookie = cookie_.load();
+        request.cookie = CookiesXor();
         start = Clock::now();
         Send(server, Encode(request, session_), "RANDOM_FILL");
         std::printf(
@@ -158,16 +171,18 @@ class RandomFillClient {
     session_.nonce = UnpredictableNonZero64();
     recent_nonces_[recent_next_++ % recent_nonces_.size()] = session_.nonce;
     cookie_ = 0;
+    for (ChallengeInbox& inbox : inboxes_) inbox.cookie = 0;
     busy_flag_ = false;
     notices_ = 0;
   }
 
-  // Sends CONNECT; true once the server sent this session its cookie
-  // (CHALLENGE), false when it answered BUSY or --timeout is over. A
-  // CONNECT that hears nothing for kChallengeSeconds is sent again in the
-  // same session, so that a CHALLENGE that was only slow still counts. A
-  // REJECT ends the client (PollAll); so does a server that answered
-  // nothing at all for kServerGoneSeconds, or whose process is gone (shm).
+  // Sends CONNECT; true once the server sent this session its cookies (a
+  // CHALLENGE to NIC 0 and one to every other NIC), false when it answered
+  // BUSY or --timeout is over. A CONNECT that hears nothing for
+  // kChallengeSeconds is sent again in the same session, so that a
+  // CHALLENGE that was only slow still counts. A REJECT ends the client
+  // (PollAll); so does a server that answered nothing at all for
+  // kServerGoneSeconds, or whose process is gone (shm).
   bool ConnectForCookie(Clock::time_point deadline) {
     const std::vector<uint8_t> connect = Encode(MakeConnect(), session_);
     Send(server_, connect, "CONNECT");
@@ -177,7 +192,7 @@ class RandomFillClient {
     auto next_liveness_check = Clock::now() + std::chrono::milliseconds(100);
     while (true) {
       PollAll();
-      if (cookie_.load() != 0) return true;
+      if (HaveEveryCookie()) return true;
       if (busy_flag_.exchange(false)) return false;
       if (StopRequested()) throw RuntimeError("interrupted while waiting for the server's cookie");
       auto now = Clock::now();
@@ -191,7 +206,7 @@ class RandomFillClient {
         }
       }
       if (now >= deadline) {
-        busy_reason_ = "no cookie (CHALLENGE) for our CONNECT";
+        busy_reason_ = "no cookie (CHALLENGE) for every NIC of our CONNECT";
         return false;
       }
       if (now >= resend) {
@@ -415,8 +430,8 @@ class RandomFillClient {
   }
 
   // The server's answer, if any: a REJECT (which ends the run), a BUSY
-  // (ask again later), a CHALLENGE (the cookie our RANDOM_FILL echoes) or
-  // an ALIVE (a PROBE's answer). One receive, posted once and again after
+  // (ask again later), NIC 0's CHALLENGE (a cookie our RANDOM_FILL
+  // carries) or an ALIVE (a PROBE's answer). One receive, posted once and again after
   // every reply but a REJECT; a reply that names another session (an older
   // attempt's, or nobody's: a server's reply carries the nonce of the
   // session it answers) is ignored.
@@ -441,8 +456,7 @@ class RandomFillClient {
                        if (header.type == MessageType::kChallenge) {
                          uint64_t cookie = DecodeChallenge(data, op.received).cookie;
                          last_reply_at_ = Clock::now();
-                         uint64_t none = 0;
-                         cookie_.compare_exchange_strong(none, cookie);
+                         cookie_ = cookie;  // the latest (ListenForChallenge)
                          ListenForReply();
                          return;
                        }
@@ -469,6 +483,46 @@ class RandomFillClient {
                      if (rejected_.empty()) rejected_ = "(no reason given)";
                      rejected_flag_.store(true, std::memory_order_release);
                    });
+  }
+
+  bool HaveEveryCookie() const {
+    if (cookie_.load() == 0) return false;
+    for (const ChallengeInbox& inbox : inboxes_) {
+      if (inbox.cookie.load() == 0) return false;
+    }
+    return true;
+  }
+
+  uint64_t CookiesXor() const {
+    uint64_t sum = cookie_.load();
+    for (const ChallengeInbox& inbox : inboxes_) sum ^= inbox.cookie.load();
+    return sum;
+  }
+
+  // The CHALLENGE of this attempt's session that reaches NIC inboxes_[k]:
+  // one receive, posted again after everything that arrives (anything else,
+  // or another session's, is ignored). The latest CHALLENGE counts: a
+  // server that lost our CONNECT's first CHALLENGEs sends new cookies.
+  void ListenForChallenge(size_t k) {
+    ChallengeInbox& inbox = inboxes_[k];
+    Network& net = node_.net(inbox.nic / node_.nics_per_gpu(), inbox.nic % node_.nics_per_gpu());
+    net.PostRecv(inbox.buffer.data(), inbox.buffer.size(), inbox.region.desc(),
+                 [this, k](Network&, RdmaOp& op) {
+                   if (!op.ok() && op.error != FI_ETRUNC) return;  // closing, or broken
+                   if (op.ok()) {
+                     const auto* data = static_cast<const uint8_t*>(inboxes_[k].buffer.data());
+                     try {
+                       MessageHeader header = DecodeHeader(data, op.received);
+                       if (header.type == MessageType::kChallenge &&
+                           header.session.nonce == session_.nonce) {
+                         inboxes_[k].cookie = DecodeChallenge(data, op.received).cookie;
+                       }
+                     } catch (const ProtocolError&) {
+                       // Not a CHALLENGE: nobody else has anything to say here.
+                     }
+                   }
+                   ListenForChallenge(k);
+                 });
   }
 
   ConnectMessage MakeConnect() const {
@@ -637,8 +691,22 @@ class RandomFillClient {
   MemoryRegion reply_region_;
   Buffer probe_buffer_;
   MemoryRegion probe_region_;
-  Session session_;                                 // this attempt's (NewSession)
-  std::atomic<uint64_t> cookie_{0};                 // the CHALLENGE's of this attempt, once it came
+  Session session_;                  // this attempt's (NewSession)
+  std::atomic<uint64_t> cookie_{0};  // NIC 0's CHALLENGE of this attempt, once it came
+  // A NIC's inbox for its own CHALLENGE (NICs other than 0 whose address
+  // differs from every earlier NIC's).
+  struct ChallengeInbox {
+    size_t nic;  // gpu * nics_per_gpu + nic
+    Buffer buffer;
+    MemoryRegion region;
+    std::atomic<uint64_t> cookie{0};  // this attempt's, once it came
+
+    ChallengeInbox(size_t nic, Buffer buffer, MemoryRegion region)
+        : nic(nic), buffer(std::move(buffer)), region(std::move(region)) {}
+  };
+  static constexpr size_t kChallengeInboxSize = 64 + kMaxAddressLength;
+  const size_t num_nics_ = node_.num_gpus() * node_.nics_per_gpu();
+  std::deque<ChallengeInbox> inboxes_;              // a deque: its entries never move
   std::atomic<Clock::time_point> last_reply_at_{};  // any reply of our sessions
   std::array<uint64_t, 8> recent_nonces_{};         // the last attempts' (NewSession)
   size_t recent_next_ = 0;

@@ -1,5 +1,6 @@
 #include "common/front_door.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/errors.h"
@@ -64,6 +65,18 @@ bool ReplyLimiter::Allow(const std::vector<uint8_t>& address,
   return true;
 }
 
+bool ReplyLimiter::AllowAll(const std::vector<std::vector<uint8_t>>& addresses,
+                            std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& address : addresses) {
+    auto last = last_.find(address);
+    if (last != last_.end() && now - last->second < interval_) return false;
+  }
+  if (last_.size() + addresses.size() > remembered_) last_.clear();  // as in Allow
+  for (const auto& address : addresses) last_[address] = now;
+  return true;
+}
+
 RateLimitedLog::RateLimitedLog(size_t lines_per_interval, std::chrono::seconds interval,
                                std::string summary_prefix)
     : lines_per_interval_(lines_per_interval),
@@ -107,25 +120,56 @@ void RateLimitedLog::Flush(Clock::time_point now, bool force) {
   window_start_ = now;
 }
 
+std::vector<std::vector<uint8_t>> DeclaredAddresses(const Session& session,
+                                                    const ConnectMessage& connect) {
+  std::vector<std::vector<uint8_t>> addresses{session.address};
+  for (const auto& address : connect.nic_addresses) {
+    if (std::find(addresses.begin(), addresses.end(), address) == addresses.end()) {
+      addresses.push_back(address);
+    }
+  }
+  return addresses;
+}
+
 PendingConnects::Kept PendingConnects::Keep(const Session& session, ConnectMessage connect,
                                             TimePoint now) {
   Kept kept;
   std::lock_guard<std::mutex> lock(mutex_);
-  uint64_t cookie = 0;  // a session that sends its CONNECT again keeps its cookie
+  const std::vector<std::vector<uint8_t>> addresses = DeclaredAddresses(session, connect);
+  // A session that sends its CONNECT again (the same addresses) keeps its
+  // cookies.
+  std::vector<Challenge> challenges;
   for (auto it = entries_.begin(); it != entries_.end();) {
     bool same_address = it->session.address == session.address;
     bool expired = now - it->arrived > max_age_;
     if (same_address || expired) {
       if (!same_address) ++kept.expired;
-      if (it->session == session && !expired) cookie = it->cookie;
+      if (it->session == session && !expired &&
+          DeclaredAddresses(it->session, it->connect) == addresses) {
+        challenges = std::move(it->challenges);
+      }
       it = entries_.erase(it);
     } else {
       ++it;
     }
   }
   if (entries_.size() >= capacity_) return kept;
-  kept.cookie = cookie != 0 ? cookie : UnpredictableNonZero64();
-  entries_.push_back(Entry{session, kept.cookie, std::move(connect), now});
+  uint64_t sum = 0;
+  if (challenges.empty()) {
+    do {  // 0 is no cookie: a RANDOM_FILL never carries it
+      challenges.clear();
+      sum = 0;
+      for (const auto& address : addresses) {
+        challenges.push_back(Challenge{address, UnpredictableNonZero64()});
+        sum ^= challenges.back().cookie;
+      }
+    } while (sum == 0);
+  } else {
+    for (const Challenge& challenge : challenges) sum ^= challenge.cookie;
+  }
+  kept.cookie = sum;
+  kept.challenges = challenges;
+  entries_.push_back(Entry{session, sum, std::move(challenges), std::move(connect), now});
   return kept;
 }
 

@@ -10,10 +10,10 @@
 //   away) per address and interval, so a flood is not answered in kind.
 // - RateLimitedLog: a few lines per interval in full, then one line with
 //   the count of those left out.
-// - PendingConnects: CONNECTs waiting for their RANDOM_FILL, each with the
-//   cookie the server sent to its session's address; a RANDOM_FILL is
-//   paired only with the CONNECT of its session, and only when it echoes
-//   the cookie.
+// - PendingConnects: CONNECTs waiting for their RANDOM_FILL, each with one
+//   cookie for every address it declares (its session's and its NICs'),
+//   sent to that address alone; a RANDOM_FILL is paired only with the
+//   CONNECT of its session, and only when it carries all of them (XORed).
 #pragma once
 
 #include <chrono>
@@ -66,6 +66,10 @@ class ReplyLimiter {
       : interval_(interval), remembered_(remembered) {}
   // True when no reply went to `address` within the interval before `now`.
   bool Allow(const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point now);
+  // True, and each counted as replied to, only when every one of
+  // `addresses` is allowed; otherwise none is counted.
+  bool AllowAll(const std::vector<std::vector<uint8_t>>& addresses,
+                std::chrono::steady_clock::time_point now);
 
  private:
   const std::chrono::milliseconds interval_;
@@ -98,32 +102,46 @@ class RateLimitedLog {
   std::string last_left_out_;
 };
 
+// The addresses a CONNECT of `session` declares, each once, the session's
+// first: where the server sends its CHALLENGEs.
+std::vector<std::vector<uint8_t>> DeclaredAddresses(const Session& session,
+                                                    const ConnectMessage& connect);
+
 // CONNECTs kept until the RANDOM_FILL of their session: one per address (a
-// newer session of the same address replaces the older one, and its cookie), at most
-// `capacity` in all, each for `max_age` at most. Each is kept with a cookie
-// of its own, a random number (UnpredictableNonZero64) that the server
-// sends only to the session's address (CHALLENGE): a RANDOM_FILL that
-// echoes it comes from a peer that receives at that address.
+// newer session of the same address replaces the older one, and its
+// cookies), at most `capacity` in all, each for `max_age` at most. Each is
+// kept with a cookie for every address it declares (DeclaredAddresses), a
+// random number (UnpredictableNonZero64) that the server sends only to that
+// address (CHALLENGE). A RANDOM_FILL pairs only when its cookie is the XOR
+// of them all: it comes from a peer that receives at every one of those
+// addresses (or from peers that pooled what each received), so the server
+// never writes to an endpoint that did not ask for it.
 class PendingConnects {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   PendingConnects(size_t capacity, std::chrono::duration<double> max_age)
       : capacity_(capacity), max_age_(max_age) {}
 
-  struct Kept {
-    uint64_t cookie = 0;  // 0: no room, nothing kept
-    size_t expired = 0;   // CONNECTs of other addresses dropped for their age
+  // One CHALLENGE to send: its cookie, to this address only.
+  struct Challenge {
+    std::vector<uint8_t> address;
+    uint64_t cookie = 0;
   };
-  // Keeps `connect` of `session`, arrived at `now`, with a new cookie, or
-  // with the cookie it already has when the same session sends its CONNECT
+  struct Kept {
+    uint64_t cookie = 0;                // what its RANDOM_FILL must carry; 0: no room, nothing kept
+    std::vector<Challenge> challenges;  // one per DeclaredAddresses, in that order
+    size_t expired = 0;                 // CONNECTs of other addresses dropped for their age
+  };
+  // Keeps `connect` of `session`, arrived at `now`, with new cookies, or
+  // with the cookies it already has when the same session sends its CONNECT
   // again (a client whose CHALLENGE was slow or lost).
   Kept Keep(const Session& session, ConnectMessage connect, TimePoint now);
 
   enum class Pairing { kPaired, kNoConnect, kWrongCookie };
   // A RANDOM_FILL of `session` carrying `cookie`: the session's CONNECT
   // leaves, whatever the cookie (a RANDOM_FILL, good or bad, ends it), and
-  // is handed to `*connect` only when the cookie is the one it was kept
-  // with (kPaired).
+  // is handed to `*connect` only when the cookie is the XOR of those it was
+  // kept with (kPaired).
   Pairing Take(const Session& session, uint64_t cookie, ConnectMessage* connect);
   // Forgets the CONNECT of `session`; true when one was kept.
   bool Forget(const Session& session);
@@ -132,7 +150,8 @@ class PendingConnects {
  private:
   struct Entry {
     Session session;
-    uint64_t cookie;
+    uint64_t cookie;  // the XOR of the challenges' cookies
+    std::vector<Challenge> challenges;
     ConnectMessage connect;
     TimePoint arrived;
   };

@@ -11,11 +11,13 @@
 //            per NIC:  u16 address length, address bytes
 //            per (gpu, nic, buffer): u64 addr, u64 size, u64 key
 //   CHALLENGE
-//            u64 cookie: the server's answer to a CONNECT it keeps, sent to
-//            the session's address; a random number only a receiver at
-//            that address learns
+//            u64 cookie: the server's answer to a CONNECT it keeps, one to
+//            every address the CONNECT declares (the session's and each
+//            NIC's), each with a random number only a receiver at that
+//            address learns
 //   RANDOM_FILL
-//            u64 cookie (the CHALLENGE's), u32 remote_context, u64 seed,
+//            u64 cookie (the XOR of the CHALLENGEs' cookies), u32
+//            remote_context, u64 seed,
 //            u64 page_size, u64 num_pages, num_pages x u32 page index
 //   REJECT   u16 length, reason (UTF-8): the server's answer to a request it
 //            will not serve, so the client can say why instead of timing out
@@ -29,8 +31,8 @@
 //            while the server is busy (tcp and efa tell no client that its
 //            server died)
 // The server pairs a RANDOM_FILL with the CONNECT of the same session
-// only when it echoes the cookie the server sent to the session's address,
-// and answers only that address (docs/protocol.md says why that is the
+// only when it carries the cookies the server sent to every address that
+// CONNECT declares, and answers only the session's address (docs/protocol.md says why that is the
 // address a provider lets it answer, and what the cookie proves).
 // Endpoint addresses carry their own length: EFA's are 32 bytes, shm's are
 // names, tcp's are socket addresses.
@@ -107,7 +109,7 @@ struct ConnectMessage {
 };
 
 struct RandomFillRequest {
-  uint64_t cookie = 0;  // the CHALLENGE's, which the server sent to the session's address
+  uint64_t cookie = 0;  // the XOR of the CHALLENGEs' cookies, one sent to each declared address
   uint32_t remote_context = 0;
   uint64_t seed = 0;
   uint64_t page_size = 0;
@@ -128,8 +130,9 @@ struct CancelMessage {
 struct BusyMessage {
   std::string reason;
 };
-// The server's answer to a CONNECT it keeps: the cookie that the
-// session's RANDOM_FILL must echo. Never 0.
+// The server's answer to a CONNECT it keeps, one to each address it
+// declares: a cookie that the session's RANDOM_FILL must carry (XORed with
+// the others). Never 0.
 struct ChallengeMessage {
   uint64_t cookie = 0;
 };

@@ -194,11 +194,13 @@ constexpr size_t kMaxWaitingPerSource = 16;
 // one per address, each for kPendingSeconds at most.
 constexpr size_t kMaxPendingConnects = 16;
 constexpr double kPendingSeconds = 15.0;
-// Replies in flight at once; each waits at most kRejectSeconds.
+// Replies in flight at once, beyond one CHALLENGE for each of a client's
+// NICs; each waits at most kRejectSeconds.
 constexpr size_t kReplySlots = 16;
 // Addresses replied to lately stay in the front door's address vector (a
 // reply to the same client, or a flood's source, inserts nothing new); the
-// least recently used one leaves when another is needed.
+// least recently used one leaves when another is needed. As many again as
+// a client has NICs, so that every CHALLENGE of one CONNECT finds a place.
 constexpr size_t kReplyPeers = 16;
 constexpr size_t kReplySlotSize = kMaxRejectReason + 64 + kMaxAddressLength;
 // A transfer during which no NIC completes anything for this long has lost
@@ -212,8 +214,8 @@ constexpr char kTurnedAway[] = "too many messages waiting at its front door";
 constexpr char kNotKept[] =
     "no CONNECT of this session waiting (not kept, or lost): send both again";
 constexpr char kWrongCookie[] =
-    "RANDOM_FILL: its cookie is not the one sent to its session's address (a sender that does "
-    "not receive there, or a late or forged request)";
+    "RANDOM_FILL: its cookie is not the XOR of those sent to its addresses (a sender that does "
+    "not receive at all of them, or a late or forged request)";
 // Empty polls of the front door before the wait for a client starts to
 // sleep between polls.
 constexpr size_t kBusyIdlePolls = 10000;
@@ -250,7 +252,9 @@ class RandomFillServer {
         receive_buffer_(
             Untouched(Buffer::Allocate(MemoryKind::kHost, -1, kReceiveSlots * kMaxMessageSize))),
         receive_region_(front_door_.Register(receive_buffer_)),
-        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, kReplySlots * kReplySlotSize)),
+        reply_slots_(kReplySlots + node.num_gpus() * node.nics_per_gpu()),
+        reply_peers_limit_(kReplyPeers + node.num_gpus() * node.nics_per_gpu()),
+        reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, reply_slots_ * kReplySlotSize)),
         reply_region_(front_door_.Register(reply_buffer_)) {
     NoteDataAddresses();
   }
@@ -463,14 +467,19 @@ class RandomFillServer {
         note);
   }
 
-  // A CONNECT that passed every check: kept (PendingConnects), and its
-  // session's address is sent the cookie its RANDOM_FILL must echo
-  // (CHALLENGE). Nothing is written to the CONNECT's NIC addresses before
-  // that RANDOM_FILL came. One CHALLENGE per address and 100 ms: a flood of
-  // CONNECTs naming someone else's address is not answered in kind.
+  // A CONNECT that passed every check: kept (PendingConnects), and every
+  // address it declares (its session's, which is its NIC 0's, and each of
+  // its NICs') is sent a cookie of its own (CHALLENGE); its RANDOM_FILL must
+  // carry the XOR of them all. Nothing is written to the CONNECT's NIC
+  // addresses before that RANDOM_FILL came: a peer that declares another
+  // process's endpoint as one of its NICs never learns that endpoint's
+  // cookie. One CHALLENGE per address and 100 ms, and one per declared
+  // address for a CONNECT: a flood of CONNECTs naming someone else's
+  // addresses is not answered in kind.
   void Challenge(const Session& session, ConnectMessage connect) {
-    if (!challenge_limiter_.Allow(session.address, Clock::now())) {
-      Dropped("a CONNECT within 100 ms of the last CHALLENGE to its address");
+    std::vector<std::vector<uint8_t>> addresses = DeclaredAddresses(session, connect);
+    if (!challenge_limiter_.AllowAll(addresses, Clock::now())) {
+      Dropped("a CONNECT within 100 ms of the last CHALLENGE to one of its addresses");
       return;
     }
     PendingConnects::Kept kept = pending_.Keep(session, std::move(connect), taken_arrived_);
@@ -482,11 +491,15 @@ class RandomFillServer {
       busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
       return;
     }
-    std::string note =
-        SendReply(session, Encode(ChallengeMessage{kept.cookie}, Session{session.nonce, {}}));
-    if (!note.empty()) {
-      pending_.Forget(session);  // its client never learns the cookie
-      Dropped("a CONNECT whose CHALLENGE could not go out" + note);
+    for (const PendingConnects::Challenge& challenge : kept.challenges) {
+      std::string note =
+          SendReply(Session{session.nonce, challenge.address},
+                    Encode(ChallengeMessage{challenge.cookie}, Session{session.nonce, {}}));
+      if (!note.empty()) {
+        pending_.Forget(session);  // its client never learns every cookie
+        Dropped("a CONNECT whose CHALLENGE could not go out" + note);
+        return;
+      }
     }
   }
 
@@ -565,7 +578,7 @@ class RandomFillServer {
         return std::nullopt;
       }
       // A RANDOM_FILL, good or bad, ends the CONNECT of its session; it is
-      // paired with it only when it echoes the CHALLENGE's cookie.
+      // paired with it only when it carries the CHALLENGEs' cookies.
       RandomFillRequest request;
       try {
         request = DecodeRandomFill(message.data(), message.size());
@@ -755,7 +768,7 @@ class RandomFillServer {
 
   // Sends `message` (a REJECT, BUSY or ALIVE) to the session's address
   // through the front door, best effort and without waiting: at most
-  // kReplySlots replies are in flight, each for kRejectSeconds at most
+  // reply_slots_ replies are in flight, each for kRejectSeconds at most
   // (CollectReplies). Never to one of this server's own endpoints. Returns
   // "" or a note on why no reply went out.
   std::string SendReply(const Session& to, const std::vector<uint8_t>& message) {
@@ -769,14 +782,14 @@ class RandomFillServer {
     // BUSYs, which a flood earns, leave a quarter of the slots to the
     // others (ALIVE, REJECT), so that a waiting client's PROBE is answered.
     size_t usable = PeekMessageType(message.data(), message.size()) == MessageType::kBusy
-                        ? kReplySlots - kReplySlots / 4
-                        : kReplySlots;
+                        ? reply_slots_ - reply_slots_ / 4
+                        : reply_slots_;
     size_t slot = 0, in_use = 0;
     for (const ReplySlot& reply : replies_) in_use += reply.state != ReplySlot::kFree;
-    while (slot < kReplySlots && replies_[slot].state != ReplySlot::kFree) ++slot;
-    if (slot == kReplySlots || in_use >= usable) {
+    while (slot < reply_slots_ && replies_[slot].state != ReplySlot::kFree) ++slot;
+    if (slot == reply_slots_ || in_use >= usable) {
       ++replies_skipped_;
-      return "; no reply sent: " + std::to_string(kReplySlots) + " replies already in flight";
+      return "; no reply sent: " + std::to_string(reply_slots_) + " replies already in flight";
     }
     fi_addr_t peer;
     try {
@@ -798,7 +811,7 @@ class RandomFillServer {
     return "";
   }
 
-  // The front door's fi_addr_t for `address`: one of the kReplyPeers
+  // The front door's fi_addr_t for `address`: one of the reply_peers_limit_
   // addresses replied to lately, or inserted now in place of the least
   // recently used one that has no reply in flight (nullopt when all have).
   // Throws RuntimeError when the provider refuses the address.
@@ -811,7 +824,7 @@ class RandomFillServer {
         return known.second;
       }
     }
-    if (reply_peers_.size() >= kReplyPeers) {
+    if (reply_peers_.size() >= reply_peers_limit_) {
       auto in_flight = [this](fi_addr_t peer) {
         for (const ReplySlot& reply : replies_) {
           if (reply.state != ReplySlot::kFree && reply.peer == peer) return true;
@@ -1150,6 +1163,8 @@ class RandomFillServer {
   Network& front_door_;
   Buffer receive_buffer_;
   MemoryRegion receive_region_;
+  const size_t reply_slots_;        // kReplySlots and one per NIC
+  const size_t reply_peers_limit_;  // kReplyPeers and one per NIC
   Buffer reply_buffer_;
   MemoryRegion reply_region_;
   std::atomic<bool> busy_{false};           // CONNECTs hear BUSY...
@@ -1169,7 +1184,8 @@ class RandomFillServer {
     fi_addr_t peer = FI_ADDR_UNSPEC;
     Clock::time_point sent{};
   };
-  std::array<ReplySlot, kReplySlots> replies_{};  // only the front door's poller uses them
+  std::vector<ReplySlot> replies_ =
+      std::vector<ReplySlot>(reply_slots_);  // only the front door's poller uses them
   std::deque<std::pair<std::vector<uint8_t>, fi_addr_t>> reply_peers_;  // oldest use first
   size_t replies_skipped_ = 0;
   size_t replies_given_up_ = 0;

@@ -13,8 +13,11 @@
 //   owed       one CONNECT every --interval seconds, never a RANDOM_FILL
 //   malformed  CONNECTs naming addresses the provider must refuse, and
 //              sessions naming random addresses (nobody, or a stranger)
-//   stop       one good CONNECT and RANDOM_FILL naming this endpoint, then
-//              no progress at all: a client that stops reading
+//   stop       one good CONNECT and RANDOM_FILL naming this endpoint (its
+//              CHALLENGE read and its cookie echoed, so that the server
+//              starts writing), then no progress at all: a client that
+//              stops reading. Says "attacker: stopped reading after its
+//              RANDOM_FILL", or "attacker: no CHALLENGE came" (exit 1)
 //   forgotten  one good CONNECT naming this endpoint (its CHALLENGE is
 //              read and ignored), its RANDOM_FILL lost,
 //              then a PROBE every 2 s as a waiting client sends: ends with
@@ -29,10 +32,20 @@
 //              (...)" (exit 0) when none of the bystander's bytes changed,
 //              or exit 1. The bystander counts the CHALLENGEs that reach
 //              it and never hands them to the attacker.
+//   nic-forged like forged, but the session and NIC 0 are this endpoint's
+//              own, and only NIC 1 on (addresses and regions) are the
+//              bystander's: the attacker reads its CHALLENGE and echoes its
+//              cookie correctly, one session every 150 ms. Only proof that
+//              it receives at every NIC's address keeps the server from
+//              writing into the bystander. Ends as forged does.
 //   cookie-rtt not an attack: one CONNECT (a new session each) every
 //              110 ms, timing each until its CHALLENGE arrives, the round
 //              trip a client now waits before its RANDOM_FILL. Prints
 //              "attacker: N CHALLENGE(s): first F us, median M us, 90% P us"
+//              With --own-nics K (K > 1) it opens K endpoints of its own and
+//              declares them as the NICs (NIC i is endpoint i mod K), as a
+//              client of K NICs does, and times each CONNECT until all K
+//              CHALLENGEs came ("... N round(s) of K CHALLENGEs: ...").
 // Other modes never read what the server answers. At the end it prints one
 // line: "attacker: sent N message(s) in S s".
 #include <poll.h>
@@ -69,6 +82,7 @@ struct Options {
   std::string mode;
   double seconds = 10;
   double interval = 5;
+  uint32_t own_nics = 1;
   uint32_t gpus = 1, nics_per_gpu = 2, buffers_per_gpu = 2;
 };
 
@@ -86,6 +100,8 @@ Options Parse(int argc, char** argv) {
       o.seconds = std::stod(value);
     } else if (flag == "--interval") {
       o.interval = std::stod(value);
+    } else if (flag == "--own-nics") {
+      o.own_nics = static_cast<uint32_t>(std::stoul(value));
     } else if (flag == "--gpus") {
       o.gpus = static_cast<uint32_t>(std::stoul(value));
     } else if (flag == "--nics-per-gpu") {
@@ -237,15 +253,29 @@ class Attacker {
     const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(o_.seconds));
     if (o_.mode == "stop") {
-      Session session = NewSession();
-      SendNow(Encode(Connect(), session));
-      SendNow(Encode(Fill(), session));
+      // A session the server keeps (it may be busy: then again, 2 s later).
+      while (!challenged_ && Clock::now() < end) {
+        Session session = NewSession();
+        challenge_for_ = session.nonce;
+        ListenForChallenge();
+        SendNow(Encode(Connect(), session));
+        auto deadline = Clock::now() + std::chrono::seconds(2);
+        while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+        if (!challenged_) continue;
+        RandomFillRequest fill = Fill();
+        fill.cookie = challenge_cookie_;
+        SendNow(Encode(fill, session));
+      }
+      if (!challenged_) throw RuntimeError("no CHALLENGE came");
+      std::printf("attacker: stopped reading after its RANDOM_FILL\n");
+      std::fflush(stdout);
       // No progress from here on: the server's writes find nobody reading.
       while (Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return sent_;
     }
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
     if (o_.mode == "forged") return Forge(end);
+    if (o_.mode == "nic-forged") return ForgeOtherNics(end);
     if (o_.mode == "cookie-rtt") return TimeChallenges(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
@@ -299,6 +329,48 @@ class Attacker {
     return sent_;
   }
 
+  // NIC 0 is ours and proven; NIC 1 on are the bystander's. The server
+  // sends the bystander a CHALLENGE of its own, which we never see: the
+  // cookie we echo (NIC 0's) must not be enough.
+  size_t ForgeOtherNics(Clock::time_point end) {
+    if (bystander_ == nullptr) throw UsageError("--mode nic-forged needs its bystander");
+    if (o_.gpus * o_.nics_per_gpu < 2) throw UsageError("--mode nic-forged needs 2 NICs or more");
+    ConnectMessage connect = Connect();
+    for (size_t i = 1; i < connect.nic_addresses.size(); ++i) {
+      connect.nic_addresses[i] = bystander_->address;
+    }
+    for (size_t r = o_.buffers_per_gpu; r < connect.regions.size(); ++r) {
+      connect.regions[r] = bystander_->region;
+    }
+    size_t challenged = 0, fills = 0;
+    while (Clock::now() < end) {
+      Session session = NewSession();
+      challenge_for_ = session.nonce;
+      challenged_ = false;
+      ListenForChallenge();
+      auto sent = Clock::now();
+      SendNow(Encode(connect, session));
+      auto deadline = sent + std::chrono::seconds(2);
+      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
+      if (challenged_) {
+        ++challenged;
+        RandomFillRequest fill = Fill();
+        fill.cookie = challenge_cookie_;  // NIC 0's cookie, echoed as a client does
+        SendNow(Encode(fill, session));
+        ++fills;
+      }
+      // The server sends one CHALLENGE per address and 100 ms.
+      auto next = sent + std::chrono::milliseconds(150);
+      while (Clock::now() < next) {
+        net_.PollCompletion();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    std::printf("attacker: %zu CHALLENGE(s) heard, %zu RANDOM_FILL(s) echoing them\n", challenged,
+                fills);
+    return sent_;
+  }
+
   size_t ProbeUntilBusy(Clock::time_point end) {
     Session session = NewSession();
     ListenForBusy();
@@ -320,29 +392,94 @@ class Attacker {
   }
 
   size_t TimeChallenges(Clock::time_point end) {
+    if (o_.own_nics < 1 || o_.own_nics > o_.gpus * o_.nics_per_gpu) {
+      throw UsageError("--own-nics must be 1 to the server's NIC count");
+    }
+    for (uint32_t i = 1; i < o_.own_nics; ++i)
+      own_nics_.push_back(std::make_unique<OwnNic>(*infos_[0]));
+    ConnectMessage connect = Connect();
+    for (size_t i = 0; i < connect.nic_addresses.size(); ++i) {
+      size_t k = i % o_.own_nics;
+      if (k > 0) connect.nic_addresses[i] = own_nics_[k - 1]->net.address();
+    }
+    auto all_heard = [this] {
+      if (!challenged_) return false;
+      for (const auto& nic : own_nics_) {
+        if (!nic->heard) return false;
+      }
+      return true;
+    };
+    auto poll_all = [this] {
+      net_.PollCompletion();
+      for (const auto& nic : own_nics_) nic->net.PollCompletion();
+    };
     std::vector<double> micros;
     while (Clock::now() < end) {
       Session session = NewSession();
       challenge_for_ = session.nonce;
       challenged_ = false;
       ListenForChallenge();
+      for (const auto& nic : own_nics_) {
+        nic->heard = false;
+        Listen(*nic);
+      }
       auto sent = Clock::now();
-      Post(Encode(Connect(), session));
+      Post(Encode(connect, session));
       auto deadline = sent + std::chrono::seconds(2);
-      while (!challenged_ && Clock::now() < deadline) net_.PollCompletion();
-      if (challenged_) {
+      while (!all_heard() && Clock::now() < deadline) poll_all();
+      if (all_heard()) {
         micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
       }
       // The server sends one CHALLENGE per address and 100 ms.
       auto next = sent + std::chrono::milliseconds(110);
-      while (Clock::now() < next) net_.PollCompletion();
+      while (Clock::now() < next) poll_all();
     }
     if (micros.empty()) throw RuntimeError("no CHALLENGE came");
     double first = micros.front();
     std::sort(micros.begin(), micros.end());
-    std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
-                micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    if (own_nics_.empty()) {
+      std::printf("attacker: %zu CHALLENGE(s): first %.0f us, median %.0f us, 90%% %.0f us\n",
+                  micros.size(), first, micros[micros.size() / 2], micros[micros.size() * 9 / 10]);
+    } else {
+      std::printf(
+          "attacker: %zu round(s) of %u CHALLENGEs: first %.0f us, median %.0f us, 90%% %.0f "
+          "us\n",
+          micros.size(), o_.own_nics, first, micros[micros.size() / 2],
+          micros[micros.size() * 9 / 10]);
+    }
     return sent_;
+  }
+
+  // cookie-rtt's NIC 1 on: an endpoint of ours with one receive.
+  struct OwnNic {
+    explicit OwnNic(const fi_info& info)
+        : net(info),
+          inbox(Buffer::Allocate(MemoryKind::kHost, -1, kSlotSize)),
+          inbox_region(net.Register(inbox)) {}
+    ~OwnNic() { Recovery::CloseEndpoint(net); }  // before the buffer goes
+    Network net;
+    Buffer inbox;
+    MemoryRegion inbox_region;
+    bool listening = false;
+    bool heard = false;  // the CHALLENGE of the session `challenge_for_`
+  };
+
+  void Listen(OwnNic& nic) {
+    if (nic.listening) return;
+    nic.listening = true;
+    nic.net.PostRecv(
+        nic.inbox.data(), kSlotSize, nic.inbox_region.desc(), [this, &nic](Network&, RdmaOp& op) {
+          nic.listening = false;
+          if (op.error != 0) return;
+          try {
+            const auto* data = static_cast<const uint8_t*>(op.buf);
+            MessageHeader header = DecodeHeader(data, op.received);
+            nic.heard |=
+                header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+          } catch (const ProtocolError&) {
+          }
+          Listen(nic);
+        });
   }
 
   // One receive for the CHALLENGE of the session `challenge_for_`.
@@ -355,8 +492,10 @@ class Attacker {
       try {
         const auto* data = static_cast<const uint8_t*>(op.buf);
         MessageHeader header = DecodeHeader(data, op.received);
-        challenged_ |=
-            header.type == MessageType::kChallenge && header.session.nonce == challenge_for_;
+        if (header.type == MessageType::kChallenge && header.session.nonce == challenge_for_) {
+          challenge_cookie_ = DecodeChallenge(data, op.received).cookie;
+          challenged_ = true;
+        }
       } catch (const ProtocolError&) {
       }
       ListenForChallenge();
@@ -451,8 +590,10 @@ class Attacker {
   size_t sent_ = 0;
   size_t malformed_ = 0;
   const Victim* bystander_ = nullptr;
+  std::vector<std::unique_ptr<OwnNic>> own_nics_;  // cookie-rtt with --own-nics
   bool heard_busy_ = false;
-  uint64_t challenge_for_ = 0;  // cookie-rtt
+  uint64_t challenge_for_ = 0;  // cookie-rtt, nic-forged
+  uint64_t challenge_cookie_ = 0;
   bool challenged_ = false;
   bool listening_ = false;
 };
@@ -463,7 +604,7 @@ class Attacker {
 namespace tutorial {
 namespace {
 
-// Forged mode: the bystander runs in a child process, forked before this
+// Forged modes: the bystander runs in a child process, forked before this
 // process touches libfabric. Returns the attacker's exit code.
 int RunForged(const Options& options) {
   int up[2], down[2];  // bystander to attacker, attacker to bystander
@@ -537,7 +678,9 @@ int RunForged(const Options& options) {
 int main(int argc, char** argv) {
   try {
     tutorial::Options options = tutorial::Parse(argc, argv);
-    if (options.mode == "forged") return tutorial::RunForged(options);
+    if (options.mode == "forged" || options.mode == "nic-forged") {
+      return tutorial::RunForged(options);
+    }
     auto start = std::chrono::steady_clock::now();
     size_t sent;
     {

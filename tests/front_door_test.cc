@@ -2,7 +2,7 @@
 // out the others, replies to one address are limited, log lines about
 // dropped messages are limited with a count of those left out, and a
 // RANDOM_FILL is paired only with its own session's CONNECT, and only when
-// it echoes that CONNECT's cookie.
+// it carries the cookies sent to every address that CONNECT declares.
 #include "common/front_door.h"
 
 #include <gtest/gtest.h>
@@ -77,6 +77,17 @@ TEST(RateLimitedLog, AFewLinesThenACount) {
   EXPECT_NE(lines[3].find("dropped a message: 999"), std::string::npos);
   log.Line("next", t0 + std::chrono::seconds(12));
   EXPECT_EQ(lines.size(), 5u) << "a new interval writes in full again";
+}
+
+TEST(ReplyLimiter, AllOrNoneOfSeveralAddresses) {
+  ReplyLimiter limiter(std::chrono::milliseconds(100));
+  auto t0 = Clock::now();
+  EXPECT_TRUE(limiter.Allow({2}, t0));
+  EXPECT_FALSE(limiter.AllowAll({{1}, {2}, {3}}, t0 + std::chrono::milliseconds(50)));
+  // The refusal counted nobody: 1 and 3 are still free.
+  EXPECT_TRUE(limiter.AllowAll({{1}, {3}}, t0 + std::chrono::milliseconds(50)));
+  EXPECT_FALSE(limiter.Allow({3}, t0 + std::chrono::milliseconds(60)));
+  EXPECT_TRUE(limiter.AllowAll({{1}, {2}, {3}}, t0 + std::chrono::milliseconds(200)));
 }
 
 ConnectMessage ConnectOf(uint8_t tag) {
@@ -164,6 +175,71 @@ TEST(PendingConnects, BoundedInNumberAndAge) {
   EXPECT_EQ(pending.size(), 1u);
   EXPECT_TRUE(pending.Forget(Client(3, 3)));
   EXPECT_FALSE(pending.Forget(Client(3, 3)));
+}
+
+// A CONNECT of one GPU whose NICs have these addresses.
+ConnectMessage ConnectWithNics(const std::vector<std::vector<uint8_t>>& nics) {
+  ConnectMessage connect;
+  connect.num_gpus = 1;
+  connect.nics_per_gpu = static_cast<uint32_t>(nics.size());
+  connect.nic_addresses = nics;
+  return connect;
+}
+
+TEST(PendingConnects, EveryDeclaredAddressHasItsOwnCookieOnce) {
+  const std::vector<uint8_t> a(16, 1), b(16, 2), c(16, 3);
+  Session session{7, a};
+  ConnectMessage connect = ConnectWithNics({a, b, c, b});
+  EXPECT_EQ(DeclaredAddresses(session, connect), (std::vector<std::vector<uint8_t>>{a, b, c}));
+  PendingConnects pending(4, kMaxAge);
+  PendingConnects::Kept kept = pending.Keep(session, connect, Clock::now());
+  ASSERT_EQ(kept.challenges.size(), 3u) << "one CHALLENGE per distinct address";
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kept.challenges.size(); ++i) {
+    EXPECT_EQ(kept.challenges[i].address, DeclaredAddresses(session, connect)[i]);
+    EXPECT_NE(kept.challenges[i].cookie, 0u);
+    sum ^= kept.challenges[i].cookie;
+  }
+  EXPECT_EQ(kept.cookie, sum);
+  EXPECT_NE(kept.challenges[0].cookie, kept.challenges[1].cookie);
+  ConnectMessage taken;
+  EXPECT_EQ(pending.Take(session, sum, &taken), PendingConnects::Pairing::kPaired);
+  EXPECT_EQ(taken.nic_addresses.size(), 4u);
+}
+
+// A peer that receives at NIC 0 only (it declared another process's
+// endpoint as NIC 1) knows NIC 0's cookie alone: that is not enough.
+TEST(PendingConnects, NicZerosCookieAloneDoesNotPair) {
+  const std::vector<uint8_t> own(16, 1), bystander(16, 9);
+  Session session{7, own};
+  PendingConnects pending(4, kMaxAge);
+  PendingConnects::Kept kept =
+      pending.Keep(session, ConnectWithNics({own, bystander}), Clock::now());
+  ASSERT_EQ(kept.challenges.size(), 2u);
+  EXPECT_EQ(kept.challenges[1].address, bystander);
+  ConnectMessage taken;
+  EXPECT_EQ(pending.Take(session, kept.challenges[0].cookie, &taken),
+            PendingConnects::Pairing::kWrongCookie);
+  EXPECT_EQ(taken.num_gpus, 0u) << "the CONNECT was handed over without every cookie";
+}
+
+TEST(PendingConnects, AConnectSentAgainKeepsEveryCookieOnlyWithTheSameAddresses) {
+  const std::vector<uint8_t> a(16, 1), b(16, 2), c(16, 3);
+  Session session{7, a};
+  PendingConnects pending(4, kMaxAge);
+  auto t0 = Clock::now();
+  PendingConnects::Kept first = pending.Keep(session, ConnectWithNics({a, b}), t0);
+  PendingConnects::Kept again =
+      pending.Keep(session, ConnectWithNics({a, b}), t0 + std::chrono::seconds(3));
+  ASSERT_EQ(again.challenges.size(), 2u);
+  EXPECT_EQ(again.cookie, first.cookie);
+  EXPECT_EQ(again.challenges[1].cookie, first.challenges[1].cookie);
+  // The same session naming another NIC address is a new request: new
+  // cookies, so none learnt at b helps.
+  PendingConnects::Kept other =
+      pending.Keep(session, ConnectWithNics({a, c}), t0 + std::chrono::seconds(4));
+  EXPECT_NE(other.challenges[0].cookie, first.challenges[0].cookie);
+  EXPECT_EQ(pending.size(), 1u);
 }
 
 }  // namespace

@@ -620,7 +620,7 @@ TEST_P(ReliabilityTest, BadMessagesAreDroppedAndTheNextClientIsServed) {
     ++sent;
     EXPECT_TRUE(server.WaitUntil([&] { return server.dropped(); }, expected, 30, poll))
         << server.log();
-    EXPECT_NE(server.err().find("its cookie is not the one sent"), std::string::npos)
+    EXPECT_NE(server.err().find("its cookie is not the XOR of those sent"), std::string::npos)
         << server.log();
     EXPECT_EQ(CountLines(server.out(), "Received RANDOM_FILL"), served) << server.log();
     EXPECT_EQ(server.abandoned(), abandoned) << server.log();
