@@ -36,7 +36,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/network.h"
+
 namespace {
+
+using tutorial::FidPtr;
+using tutorial::FiInfoPtr;
 
 using Clock = std::chrono::steady_clock;
 
@@ -55,69 +60,71 @@ long ResidentKiB() {
   return got == 2 ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
-// One RDM endpoint of tcp;ofi_rxm on the loopback interface, closed in
-// reverse order of opening.
+// One RDM endpoint of tcp;ofi_rxm on the loopback interface; the handles
+// close in reverse order of opening, also when opening fails half-way.
 class Endpoint {
  public:
   explicit Endpoint(bool buffered) {
-    fi_info* hints = fi_allocinfo();
-    if (hints == nullptr) throw std::runtime_error("fi_allocinfo");
+    FiInfoPtr hints(fi_allocinfo());
+    if (!hints) throw std::runtime_error("fi_allocinfo");
     hints->caps = FI_MSG;
     hints->ep_attr->type = FI_EP_RDM;
     hints->mode = FI_CONTEXT | (buffered ? FI_BUFFERED_RECV : 0);
     hints->fabric_attr->prov_name = strdup("tcp;ofi_rxm");
     hints->domain_attr->name = strdup("lo");
-    int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info_);
-    fi_freeinfo(hints);
-    Check(ret, "fi_getinfo");
+    fi_info* info = nullptr;
+    Check(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &info), "fi_getinfo");
+    info_.reset(info);
     buffered_ = (info_->mode & FI_BUFFERED_RECV) != 0;
-    Check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
-    Check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
+    fid_fabric* fabric = nullptr;
+    Check(fi_fabric(info_->fabric_attr, &fabric, nullptr), "fi_fabric");
+    fabric_.reset(fabric);
+    fid_domain* domain = nullptr;
+    Check(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
+    domain_.reset(domain);
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_DATA;
-    Check(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open");
+    fid_cq* cq = nullptr;
+    Check(fi_cq_open(domain_.get(), &cq_attr, &cq, nullptr), "fi_cq_open");
+    cq_.reset(cq);
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
-    Check(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open");
-    Check(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
-    Check(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind cq");
-    Check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind av");
-    Check(fi_enable(ep_), "fi_enable");
-    size_t length = sizeof(name_);
-    Check(fi_getname(&ep_->fid, name_, &length), "fi_getname");
-    name_length_ = length;
+    fid_av* av = nullptr;
+    Check(fi_av_open(domain_.get(), &av_attr, &av, nullptr), "fi_av_open");
+    av_.reset(av);
+    fid_ep* ep = nullptr;
+    Check(fi_endpoint(domain_.get(), info_.get(), &ep, nullptr), "fi_endpoint");
+    ep_.reset(ep);
+    Check(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind cq");
+    Check(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind av");
+    Check(fi_enable(ep_.get()), "fi_enable");
+    char name[256];
+    size_t length = sizeof(name);
+    Check(fi_getname(&ep_->fid, name, &length), "fi_getname");
+    name_.assign(name, name + length);
   }
-  ~Endpoint() {
-    fi_close(&ep_->fid);
-    fi_close(&av_->fid);
-    fi_close(&cq_->fid);
-    fi_close(&domain_->fid);
-    fi_close(&fabric_->fid);
-    fi_freeinfo(info_);
-  }
-  Endpoint(const Endpoint&) = delete;
-  Endpoint& operator=(const Endpoint&) = delete;
 
-  fid_ep* ep() const { return ep_; }
-  fid_cq* cq() const { return cq_; }
+  fid_ep* ep() const { return ep_.get(); }
+  fid_cq* cq() const { return cq_.get(); }
   bool buffered() const { return buffered_; }
-  std::vector<char> name() const { return std::vector<char>(name_, name_ + name_length_); }
+  const std::vector<char>& name() const { return name_; }
   fi_addr_t Insert(const std::vector<char>& name) {
     fi_addr_t addr = FI_ADDR_UNSPEC;
-    int n = fi_av_insert(av_, name.data(), 1, &addr, 0, nullptr);
-    if (n != 1) throw std::runtime_error("fi_av_insert");
+    if (fi_av_insert(av_.get(), name.data(), 1, &addr, 0, nullptr) != 1) {
+      throw std::runtime_error("fi_av_insert");
+    }
     return addr;
   }
 
  private:
-  fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
-  fid_cq* cq_ = nullptr;
-  fid_av* av_ = nullptr;
-  fid_ep* ep_ = nullptr;
-  char name_[256] = {};
-  size_t name_length_ = 0;
+  // Declared in opening order: destroyed (closed) in reverse.
+  FiInfoPtr info_;
+  FidPtr<fid_fabric> fabric_;
+  FidPtr<fid_domain> domain_;
+  FidPtr<fid_cq> cq_;
+  FidPtr<fid_av> av_;
+  FidPtr<fid_ep> ep_;
+  std::vector<char> name_;
   bool buffered_ = false;
 };
 
