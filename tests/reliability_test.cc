@@ -783,7 +783,9 @@ TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
     LostClientOutcome outcome = WaitForLostClientHandled(server, abandoned, restarts, 40);
     double seconds = std::chrono::duration<double>(SteadyClock::now() - killed_at).count();
     ASSERT_NE(outcome, LostClientOutcome::kNone) << server.log();
-    if (provider != "shm") ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+    if (provider != "shm") {
+      ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+    }
     std::printf("reliability: %s client killed mid-transfer; %s", provider.c_str(),
                 DescribeLostClientOutcome(outcome, server, restarts, seconds).c_str());
     ASSERT_TRUE(server.process().running()) << server.log();
@@ -861,7 +863,9 @@ TEST_P(ReliabilityTest, ClientFrozenMidTransfer) {
   client->Wait(10);
   RemoveShmFilesOf(pid);
   ASSERT_NE(outcome, LostClientOutcome::kNone) << server.log();
-  if (provider != "shm") ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+  if (provider != "shm") {
+    ASSERT_EQ(outcome, LostClientOutcome::kAbandoned) << server.log();
+  }
   std::printf("reliability: %s client frozen mid-transfer; %s", provider.c_str(),
               DescribeLostClientOutcome(outcome, server, 0, seconds).c_str());
   std::string why;
