@@ -114,6 +114,7 @@ import json
 import pathlib
 import re
 import sys
+import textwrap
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 import series  # noqa: E402
@@ -372,7 +373,6 @@ def render_output(repo, chapter):
 def render_model(repo, folder):
     """What simnic printed about itself in a recording, wrapped as a text
     block: the model line is quoted from a run, never typed."""
-    import textwrap
     try:
         records = json.loads((repo.root / "results" / folder / "results.json")
                              .read_text())["records"]

@@ -86,15 +86,10 @@ def died_of_own_signal(returncode, sent=None):
     return returncode is not None and returncode < 0 and -returncode != sent
 
 
-def remove_shm_files_of(pid):
-    """A dead process's shm endpoint files (`<pid>:...`), as the server that
-    knew it would remove them."""
-    for name in os.listdir("/dev/shm"):
-        if name.startswith(f"{pid}:"):
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-            except FileNotFoundError:
-                pass
+def shm_files_of_dead(pids):
+    """The shm endpoint files (`<pid>:...`) of those of `pids` whose process is gone."""
+    gone = [pid for pid in pids if not os.path.exists(f"/proc/{pid}")]
+    return [f for pid in gone for f in os.listdir("/dev/shm") if f.startswith(f"{pid}:")]
 
 
 class Server:
@@ -157,12 +152,7 @@ class DyingPeersTest(unittest.TestCase):
         self.assertEqual(btr, [], f"{context}: backtrace files " +
                          "".join(read(f)[:1500] for f in btr))
         def stale_files():
-            stale = []
-            for pid in self.pids:
-                if os.path.exists(f"/proc/{pid}"):
-                    continue
-                stale += [f for f in os.listdir("/dev/shm") if f.startswith(f"{pid}:")]
-            return stale
+            return shm_files_of_dead(self.pids)
         # The server removes a dead client's files once it has seen the
         # process gone for a second (after every name it sent was read:
         # harness/recovery.h, bug B); give it a few.
@@ -227,9 +217,12 @@ class DyingPeersTest(unittest.TestCase):
                             # What a supervisor (tools/serve_forever.sh) does.
                             print(f"  {tag}: the killed client held its shm lock; the server's "
                                   "watchdog ended it (code 3); starting another", flush=True)
-                            for pid in self.pids:
-                                if not os.path.exists(f"/proc/{pid}"):
-                                    remove_shm_files_of(pid)
+                            # As the server that knew them would.
+                            for name in shm_files_of_dead(self.pids):
+                                try:
+                                    os.unlink(os.path.join("/dev/shm", name))
+                                except FileNotFoundError:
+                                    pass
                             server = Server(self.workdir, provider, f"{provider}-{tag}")
                             self.pids.append(server.process.pid)
                         self.assertIsNone(server.process.poll(),
