@@ -28,6 +28,17 @@ class AbTableTest(unittest.TestCase):
         self.assertIn(out.strip(), readme)
         self.assertIn("| 12_pin | 8x4-page256 | 9 / 9 |", out)
 
+    def test_readme_shows_each_side_of_the_three_builds(self):
+        root = source_root()
+        folder = root / "results" / "core-restructure-speed" / "inlined"
+        readme = (root / "results" / "core-restructure-speed" / "README.md").read_text()
+        for side in ("lto", "now"):
+            out = subprocess.run([sys.executable, str(root / "maint" / "ab_table.py"), str(folder),
+                                  "--after", side], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertIn(out.strip(), readme)
+            self.assertIn(f"| runs before / {side} |", out)
+
 
 if __name__ == "__main__":
     unittest.main()
