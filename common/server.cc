@@ -179,9 +179,10 @@ class JobAccounting final : public WriteJobHooks {
 
 namespace {
 
-// Receives the front door keeps posted: a message that finds none waits
-// inside the provider (ofi_rxm keeps about 13 KB for each), so the front
-// door reads its completion queue and posts again as fast as they come.
+// Receives the front door keeps posted where it posts them (not over tcp on
+// libfabric 1.x: FrontDoorNetwork): a message that finds none waits inside
+// the provider (ofi_rxm keeps about 13 KB for each), so the front door
+// reads its completion queue and posts again as fast as they come.
 constexpr size_t kReceiveSlots = 16;
 // A provider call that has not returned after this long never will.
 constexpr double kStuckSeconds = 10.0;
@@ -1230,13 +1231,14 @@ class RandomFillServer {
 
 // ofi_rxm (what "tcp" is on libfabric 1.x) keeps receive buffers of about
 // 16 KB posted on its connections (4096 by default) and reads up to 32
-// messages per progress call into them; a message that no receive of ours
-// matches yet stays in its buffer, which is replaced by a new one, so the
-// pool grows without bound while a flood outruns the front door (which
-// takes at most 16 completions per fi_cq_read). With 8 buffers posted, a
-// flood waits in the kernel's socket buffers (TCP flow control) instead of
-// in the server's memory. Set before the provider first reads it (the
-// first fi_getinfo); a value the user set wins. Other providers ignore it.
+// messages per progress call into them. The front door takes its messages
+// in those buffers and gives each back (FrontDoorNetwork), so with 8 of
+// them rxm never hands over more at once than the front door reads (16 per
+// fi_cq_read), and a flood waits in the kernel's socket buffers (TCP flow
+// control). Where receives are posted (2.x), a message that no receive of
+// ours matches yet stays in its buffer, which is replaced by a new one. Set
+// before the provider first reads it (the first fi_getinfo); a value the
+// user set wins. Other providers ignore it.
 void LimitProviderReceiveBuffers() { setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", /*overwrite=*/0); }
 
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
