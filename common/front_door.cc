@@ -284,10 +284,21 @@ size_t FrontDoorNetwork::PollCompletion() {
     for (ssize_t i = 0; i < n; ++i) {
       const fi_cq_data_entry& entry = entries[i];
       if (IsRemoteWrite(entry)) continue;  // nobody writes to the front door
-      if ((entry.flags & FI_RECV) != 0) {
-        TakeBuffered(entry);
-      } else {
-        Finish(static_cast<RdmaOp*>(entry.op_context));
+      try {
+        if ((entry.flags & FI_RECV) != 0) {
+          TakeBuffered(entry);
+        } else {
+          Finish(static_cast<RdmaOp*>(entry.op_context));
+        }
+      } catch (...) {
+        // The rest of this read is the provider's too: its buffers go back
+        // untaken before the error leaves.
+        for (ssize_t rest = i + 1; rest < n; ++rest) {
+          if ((entries[rest].flags & FI_RECV) != 0 && !IsRemoteWrite(entries[rest])) {
+            GiveBack(entries[rest].op_context);
+          }
+        }
+        throw;
       }
     }
     handled += static_cast<size_t>(n);
@@ -299,21 +310,11 @@ size_t FrontDoorNetwork::PollCompletion() {
 void FrontDoorNetwork::TakeBuffered(const fi_cq_data_entry& entry) {
   // The provider's buffer goes back to it however this call ends: until it
   // does, rxm reads no more from the sender's connection.
-  struct GiveBack {
+  struct GivenBack {
     FrontDoorNetwork& net;
     void* context;
-    ~GiveBack() {
-      fi_msg msg{};
-      msg.context = context;
-      if (net.hooks != nullptr) net.hooks->EnterProvider(ProviderCall::kRecv);
-      ssize_t ret = fi_recvmsg(net.endpoint(), &msg, FI_DISCARD);
-      if (net.hooks != nullptr) net.hooks->LeaveProvider(ProviderCall::kRecv, ret, FI_DISCARD);
-      if (ret != 0 && net.on_dropped_) {
-        net.on_dropped_(std::string("a provider buffer was not taken back: ") +
-                        fi_strerror(static_cast<int>(ret < 0 ? -ret : ret)));
-      }
-    }
-  } give_back{*this, entry.op_context};
+    ~GivenBack() { net.GiveBack(context); }
+  } given_back{*this, entry.op_context};
   // A peer decides what it sends: the length is checked before anything
   // is read. FI_MORE: the buffer holds only the start of a longer message
   // (over tcp on 1.17 none of it: FI_OPT_BUFFERED_MIN is 0), which rxm
@@ -332,6 +333,21 @@ void FrontDoorNetwork::TakeBuffered(const fi_cq_data_entry& entry) {
     return;
   }
   if (on_message_) on_message_(data, entry.len);
+}
+
+void FrontDoorNetwork::GiveBack(void* context) noexcept {
+  fi_msg msg{};
+  msg.context = context;
+  if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kRecv);
+  ssize_t ret = fi_recvmsg(endpoint(), &msg, FI_DISCARD);
+  if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kRecv, ret, FI_DISCARD);
+  if (ret == 0 || !on_dropped_) return;
+  try {
+    on_dropped_(std::string("a provider buffer was not taken back: ") +
+                fi_strerror(static_cast<int>(ret < 0 ? -ret : ret)));
+  } catch (...) {
+    // Nothing more to say: this runs on the way out of an error too.
+  }
 }
 
 void FrontDoorNetwork::TakeError() {

@@ -215,6 +215,8 @@ class FrontDoorNetwork : public Network {
 
  private:
   void TakeBuffered(const fi_cq_data_entry& entry);
+  // Gives a buffered message's buffer back to the provider (FI_DISCARD).
+  void GiveBack(void* context) noexcept;
   void TakeError();
 
   const bool buffered_;
