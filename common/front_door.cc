@@ -318,9 +318,9 @@ void FrontDoorNetwork::TakeBuffered(const fi_cq_data_entry& entry) {
   // A peer decides what it sends: the length is checked before anything
   // is read. FI_MORE: the buffer holds only the start of a longer message
   // (over tcp on 1.17 none of it: FI_OPT_BUFFERED_MIN is 0), which rxm
-  // would hand over only if claimed (FI_CLAIM). It is not: 1.x's rxm
-  // handles a claimed message that came in segments (16 to 128 KB) with
-  // faults of its own (v1.17.0 rxm_cq.c, rxm_finish_buf_recv and
+  // would hand over only if claimed (FI_CLAIM). It is not: claiming a
+  // message that came in segments (16 to 128 KB), 1.x's rxm reads the
+  // first segment's buffer after it posted it again (v1.17.0 rxm_cq.c,
   // rxm_handle_seg_data), and a CONNECT, or a RANDOM_FILL of up to about
   // 4000 pages, fits in one buffer.
   const auto* data = static_cast<const uint8_t*>(entry.buf);

@@ -176,9 +176,9 @@ class PendingConnects {
 // and its buffer given back at once, also when handing it over fails.
 //
 // libfabric 2.0 took FI_BUFFERED_RECV out of its API (2.x's rxm never
-// takes a given-back buffer again), and other providers keep no such
-// backlog per message: there, and wherever the provider does not grant the
-// mode, the front door posts its receives as any Network does.
+// takes a given-back buffer again), and 1.17's shm and efa do not offer it:
+// there, and wherever the provider does not grant the mode, the front door
+// posts its receives as any Network does.
 class FrontDoorNetwork : public Network {
  public:
   enum class ReceiveMode { kPosted, kBuffered };
