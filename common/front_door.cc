@@ -1,7 +1,10 @@
 #include "common/front_door.h"
 
+#include <rdma/fi_endpoint.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "common/errors.h"
 #include "common/messages.h"
@@ -200,6 +203,177 @@ bool PendingConnects::Forget(const Session& session) {
 size_t PendingConnects::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return entries_.size();
+}
+
+namespace {
+
+// libfabric 2.x's headers no longer name the bit: never asked for there.
+#if defined(FI_BUFFERED_RECV)
+constexpr uint64_t kBufferedRecv = FI_BUFFERED_RECV;
+#else
+constexpr uint64_t kBufferedRecv = 0;
+#endif
+
+// `nic0`, or where buffered receives are wanted and granted, the same
+// domain asked for again with them.
+FiInfoPtr FrontDoorInfo(const fi_info& nic0) {
+  FiInfoPtr same(fi_dupinfo(&nic0));
+  const char* provider = nic0.fabric_attr->prov_name;
+  if (kBufferedRecv == 0 || provider == nullptr ||
+      !FrontDoorNetwork::WantsBufferedReceives(fi_version(), provider)) {
+    return same;
+  }
+  FiInfoPtr hints(fi_dupinfo(&nic0));
+  hints->mode |= kBufferedRecv;
+  fi_info* found = nullptr;
+  int ret = fi_getinfo(RequestedApiVersion(), nullptr, nullptr, 0, hints.get(), &found);
+  FiInfoPtr list(found);
+  if (ret != 0) return same;
+  const char* domain = nic0.domain_attr->name;
+  for (const fi_info* info = found; info != nullptr; info = info->next) {
+    const char* name = info->domain_attr->name;
+    if ((info->mode & kBufferedRecv) != 0 && domain != nullptr && name != nullptr &&
+        std::strcmp(domain, name) == 0) {
+      return FiInfoPtr(fi_dupinfo(info));
+    }
+  }
+  return same;
+}
+
+}  // namespace
+
+bool FrontDoorNetwork::WantsBufferedReceives(uint32_t library_version,
+                                             const std::string& provider) {
+  return FI_MAJOR(library_version) == 1 && provider == "tcp;ofi_rxm";
+}
+
+FrontDoorNetwork::FrontDoorNetwork(const fi_info& nic0)
+    : Network(*FrontDoorInfo(nic0)),
+      buffered_(kBufferedRecv != 0 && (info().mode & kBufferedRecv) != 0 &&
+                WantsBufferedReceives(fi_version(), info().fabric_attr->prov_name)) {
+  if (!buffered_) return;
+  size_t length = sizeof(size_t);
+  if (fi_getopt(&endpoint()->fid, FI_OPT_ENDPOINT, FI_OPT_BUFFERED_LIMIT, &buffered_limit_,
+                &length) != 0) {
+    buffered_limit_ = 0;
+  }
+}
+
+size_t FrontDoorNetwork::PollCompletion() {
+  if (!buffered_) return Network::PollCompletion();
+  // Network::PollCompletion's steps, where a receive's context is the
+  // provider's (struct fi_recv_context), never an RdmaOp.
+  size_t handled = failed_ops.size();
+  if (handled > 0) {
+    std::deque<RdmaOp*> failed;
+    failed.swap(failed_ops);
+    for (RdmaOp* op : failed) Finish(op);
+  }
+  fi_cq_data_entry entries[kCqReadCount];
+  for (;;) {
+    if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kCqRead);
+    ssize_t n = fi_cq_read(completion_queue(), entries, kCqReadCount);
+    if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kCqRead, n, 0);
+    if (n == -FI_EAGAIN) break;
+    if (n == -FI_EAVAIL) {
+      TakeError();
+      ++handled;
+      continue;
+    }
+    CheckFabric(n, "fi_cq_read");
+    for (ssize_t i = 0; i < n; ++i) {
+      const fi_cq_data_entry& entry = entries[i];
+      if (IsRemoteWrite(entry)) continue;  // nobody writes to the front door
+      try {
+        if ((entry.flags & FI_RECV) != 0) {
+          TakeBuffered(entry);
+        } else {
+          Finish(static_cast<RdmaOp*>(entry.op_context));
+        }
+      } catch (...) {
+        // The rest of this read is the provider's too: its buffers go back
+        // untaken before the error leaves.
+        for (ssize_t rest = i + 1; rest < n; ++rest) {
+          if ((entries[rest].flags & FI_RECV) != 0 && !IsRemoteWrite(entries[rest])) {
+            GiveBack(entries[rest].op_context);
+          }
+        }
+        throw;
+      }
+    }
+    handled += static_cast<size_t>(n);
+  }
+  ProgressPendingOps();
+  return handled;
+}
+
+void FrontDoorNetwork::TakeBuffered(const fi_cq_data_entry& entry) {
+  // The provider's buffer goes back to it however this call ends: until it
+  // does, rxm reads no more from the sender's connection.
+  struct GivenBack {
+    FrontDoorNetwork& net;
+    void* context;
+    ~GivenBack() { net.GiveBack(context); }
+  } given_back{*this, entry.op_context};
+  // A peer decides what it sends: the length is checked before anything
+  // is read. FI_MORE: the buffer holds only the start of a longer message
+  // (over tcp on 1.17 none of it: FI_OPT_BUFFERED_MIN is 0), which rxm
+  // would hand over only if claimed (FI_CLAIM). It is not: claiming a
+  // message that came in segments (16 to 128 KB), 1.x's rxm reads the
+  // first segment's buffer after it posted it again (v1.17.0 rxm_cq.c,
+  // rxm_handle_seg_data), and a CONNECT, or a RANDOM_FILL of up to about
+  // 4000 pages, fits in one buffer.
+  const auto* data = static_cast<const uint8_t*>(entry.buf);
+  if ((entry.flags & FI_MORE) != 0 || entry.len > kMaxMessageSize || data == nullptr) {
+    if (on_dropped_) {
+      on_dropped_("a message of " + std::to_string(entry.len) + " bytes, longer than the " +
+                  std::to_string(buffered_limit_) +
+                  " the front door's provider buffers take (not taken)");
+    }
+    return;
+  }
+  if (on_message_) on_message_(data, entry.len);
+}
+
+void FrontDoorNetwork::GiveBack(void* context) noexcept {
+  fi_msg msg{};
+  msg.context = context;
+  if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kRecv);
+  ssize_t ret = fi_recvmsg(endpoint(), &msg, FI_DISCARD);
+  if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kRecv, ret, FI_DISCARD);
+  if (ret == 0 || !on_dropped_) return;
+  try {
+    on_dropped_(std::string("a provider buffer was not taken back: ") +
+                fi_strerror(static_cast<int>(ret < 0 ? -ret : ret)));
+  } catch (...) {
+    // Nothing more to say: this runs on the way out of an error too.
+  }
+}
+
+void FrontDoorNetwork::TakeError() {
+  fi_cq_err_entry err{};
+  if (hooks != nullptr) hooks->EnterProvider(ProviderCall::kCqReadErr);
+  ssize_t ret = fi_cq_readerr(completion_queue(), &err, 0);
+  if (hooks != nullptr) hooks->LeaveProvider(ProviderCall::kCqReadErr, ret, 0);
+  if (ret == -FI_EAGAIN) return;
+  CheckFabric(ret, "fi_cq_readerr");
+  int error = err.err > 0 ? err.err : err.err < 0 ? -err.err : FI_EOTHER;
+  std::string message = fi_strerror(error);
+  if ((err.flags & FI_RECV) != 0 || err.op_context == nullptr ||
+      (err.flags & FI_REMOTE_WRITE) != 0) {
+    // A receive that failed inside the provider: no buffer of ours, none
+    // to give back (rxm keeps its own).
+    if ((err.flags & FI_RECV) != 0 && on_dropped_) {
+      on_dropped_("a receive failed in the provider: " + message);
+    } else if (hooks != nullptr) {
+      hooks->ErrorWithoutOp(*this, message);
+    }
+    return;
+  }
+  auto* op = static_cast<RdmaOp*>(err.op_context);
+  op->error = error;
+  op->error_message = std::move(message);
+  Finish(op);
 }
 
 }  // namespace tutorial

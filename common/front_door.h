@@ -14,12 +14,15 @@
 //   cookie for every address it declares (its session's and its NICs'),
 //   sent to that address alone; a RANDOM_FILL is paired only with the
 //   CONNECT of its session, and only when it carries all of them (XORed).
+// - FrontDoorNetwork: the front door's endpoint, whose messages arrive in
+//   the provider's own buffers where that bounds the provider's memory.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "common/messages.h"
+#include "common/network.h"
 
 namespace tutorial {
 
@@ -159,6 +163,66 @@ class PendingConnects {
   const std::chrono::duration<double> max_age_;
   mutable std::mutex mutex_;
   std::deque<Entry> entries_;  // oldest first
+};
+
+// The server's front door: a Network whose receives, over libfabric 1.x's
+// tcp;ofi_rxm, are the provider's own buffers (FI_BUFFERED_RECV, fi_msg(3)
+// "Buffered Receives"). With receives the application posts, ofi_rxm keeps
+// every message that none matches yet and posts a new buffer of about
+// 16 KB in its place, so a flood grows the server by gigabytes. With its
+// own buffers rxm posts one again only when the application gives it back:
+// while the server is behind, tcp stops reading the socket, and TCP's flow
+// control slows the sender instead. Each message is handed over, copied,
+// and its buffer given back at once, also when handing it over fails.
+//
+// libfabric 2.0 took FI_BUFFERED_RECV out of its API (2.x's rxm never
+// takes a given-back buffer again), and 1.17's shm and efa do not offer it:
+// there, and wherever the provider does not grant the mode, the front door
+// posts its receives as any Network does.
+class FrontDoorNetwork : public Network {
+ public:
+  enum class ReceiveMode { kPosted, kBuffered };
+  // A whole message, valid only during the call.
+  using MessageCallback = std::function<void(const uint8_t* data, size_t length)>;
+  // A message that could not be taken, and why (one line).
+  using DropCallback = std::function<void(const std::string& why)>;
+
+  // On `nic0`'s domain, asking for buffered receives where they are safe.
+  explicit FrontDoorNetwork(const fi_info& nic0);
+
+  ReceiveMode receive_mode() const {
+    return buffered_ ? ReceiveMode::kBuffered : ReceiveMode::kPosted;
+  }
+  // Where messages go in the buffered mode (in the posted mode, the
+  // callbacks of the receives the owner posts).
+  void OnMessage(MessageCallback message, DropCallback dropped) {
+    on_message_ = std::move(message);
+    on_dropped_ = std::move(dropped);
+  }
+  // The buffered mode's longest message that arrives whole (rxm's eager
+  // size, FI_OPT_BUFFERED_LIMIT); 0 in the posted mode.
+  size_t buffered_limit() const { return buffered_limit_; }
+
+  // Network::PollCompletion, and in the buffered mode also every message
+  // that arrived, handed to OnMessage's callbacks. Hides Network's: the
+  // front door is always polled as a FrontDoorNetwork.
+  size_t PollCompletion();
+
+  // Whether a 1.x tcp;ofi_rxm front door asks for buffered receives: a
+  // libfabric of major version 1 (`library_version`, fi_version()), and a
+  // provider named "tcp;ofi_rxm".
+  static bool WantsBufferedReceives(uint32_t library_version, const std::string& provider);
+
+ private:
+  void TakeBuffered(const fi_cq_data_entry& entry);
+  // Gives a buffered message's buffer back to the provider (FI_DISCARD).
+  void GiveBack(void* context) noexcept;
+  void TakeError();
+
+  const bool buffered_;
+  size_t buffered_limit_ = 0;
+  MessageCallback on_message_;
+  DropCallback on_dropped_;
 };
 
 }  // namespace tutorial

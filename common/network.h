@@ -280,6 +280,11 @@ class alignas(64) Network {
   virtual void Complete(RdmaOp* op);
   // Hands `op` to the provider: 0, -FI_EAGAIN, or an error (op on failed_ops).
   ssize_t Post(RdmaOp* op, uint64_t flags);
+  void Finish(RdmaOp* op);  // calls back and gives `op` back
+  // For a subclass that reads completions the series' way cannot (entries
+  // whose context is not an RdmaOp).
+  fid_ep* endpoint() const { return ep_.get(); }
+  fid_cq* completion_queue() const { return cq_.get(); }
 
   // The provider's transmit queue depth (tx_attr->size), never exceeded: efa
   // refuses beyond it itself, tcp would keep a stopped client's every WRITE.
@@ -287,7 +292,6 @@ class alignas(64) Network {
 
  private:
   void HandleErrorCompletion();
-  void Finish(RdmaOp* op);  // calls back and gives `op` back
 
   FiInfoPtr info_;
   std::string name_;

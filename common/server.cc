@@ -179,9 +179,10 @@ class JobAccounting final : public WriteJobHooks {
 
 namespace {
 
-// Receives the front door keeps posted: a message that finds none waits
-// inside the provider (ofi_rxm keeps about 13 KB for each), so the front
-// door reads its completion queue and posts again as fast as they come.
+// Receives the front door keeps posted where it posts them (not over tcp on
+// libfabric 1.x: FrontDoorNetwork): a message that finds none waits inside
+// the provider (ofi_rxm keeps about 13 KB for each), so the front door
+// reads its completion queue and posts again as fast as they come.
 constexpr size_t kReceiveSlots = 16;
 // A provider call that has not returned after this long never will.
 constexpr double kStuckSeconds = 10.0;
@@ -243,7 +244,7 @@ std::string ClientCommand(const std::string& chapter, const ServerOptions& o, co
 class RandomFillServer {
  public:
   RandomFillServer(const ServerOptions& options, const std::string& chapter, Node& node,
-                   Network& front_door, const WriterFn& run_writer)
+                   FrontDoorNetwork& front_door, const WriterFn& run_writer)
       : options_(options),
         chapter_(chapter),
         node_(node),
@@ -257,6 +258,11 @@ class RandomFillServer {
         reply_buffer_(Buffer::Allocate(MemoryKind::kHost, -1, reply_slots_ * kReplySlotSize)),
         reply_region_(front_door_.Register(reply_buffer_)) {
     NoteDataAddresses();
+    front_door_.OnMessage([this](const uint8_t* data, size_t length) { TakeIn(data, length); },
+                          [this](const std::string& why) {
+                            last_message_at_ = Clock::now();
+                            Dropped(why);
+                          });
   }
 
   // The server is the node's last user: its endpoints close before any
@@ -284,6 +290,11 @@ class RandomFillServer {
 
   int Run() {
     PostReceives();
+    if (front_door_.receive_mode() == FrontDoorNetwork::ReceiveMode::kBuffered) {
+      std::printf(
+          "Front door: messages arrive in the provider's buffers (FI_BUFFERED_RECV), each "
+          "given back once copied.\n");
+    }
     AnnounceAddress();
     std::printf("------\nWaiting for a client (Ctrl-C to stop).\n");
     std::fflush(stdout);
@@ -503,30 +514,36 @@ class RandomFillServer {
     }
   }
 
+  // Buffered receives (FrontDoorNetwork) need none posted.
   void PostReceives() {
+    if (front_door_.receive_mode() == FrontDoorNetwork::ReceiveMode::kBuffered) return;
     for (size_t slot = 0; slot < kReceiveSlots; ++slot) PostReceive(slot);
   }
 
-  // A message that finds no room in the mailbox is answered BUSY (at most
-  // once per address and ReplyLimiter interval) and counted, never queued.
   void PostReceive(size_t slot) {
     char* buf = static_cast<char*>(receive_buffer_.data()) + slot * kMaxMessageSize;
     front_door_.PostRecv(
         buf, kMaxMessageSize, receive_region_.desc(), [this, slot, buf](Network&, RdmaOp& op) {
           last_message_at_ = Clock::now();
           if (op.ok()) {
-            const auto* data = reinterpret_cast<const uint8_t*>(buf);
-            FairMailbox::Message message{std::vector<uint8_t>(data, data + op.received),
-                                         Clock::now(), FairMailbox::SourceOf(data, op.received)};
-            std::vector<uint8_t> source = message.source;
-            FairMailbox::Refused refused = mailbox_.Push(std::move(message));
-            if (refused != FairMailbox::Refused::kNo) TurnAway(data, op.received, refused);
+            TakeIn(reinterpret_cast<const uint8_t*>(buf), op.received);
           } else if (op.error != FI_ECANCELED) {
             // Longer than a receive buffer (FI_ETRUNC) or broken.
             Dropped(op.error_message + " (" + std::to_string(op.received) + " bytes)");
           }
           if (!StopRequested()) PostReceive(slot);
         });
+  }
+
+  // A message that arrived at the front door, copied into the mailbox. One
+  // that finds no room there is answered BUSY (at most once per address and
+  // ReplyLimiter interval) and counted, never queued.
+  void TakeIn(const uint8_t* data, size_t length) {
+    last_message_at_ = Clock::now();
+    FairMailbox::Message message{std::vector<uint8_t>(data, data + length), Clock::now(),
+                                 FairMailbox::SourceOf(data, length)};
+    FairMailbox::Refused refused = mailbox_.Push(std::move(message));
+    if (refused != FairMailbox::Refused::kNo) TurnAway(data, length, refused);
   }
 
   void TurnAway(const uint8_t* data, size_t length, FairMailbox::Refused refused) {
@@ -1160,7 +1177,7 @@ class RandomFillServer {
   const std::string& chapter_;
   Node& node_;
   const WriterFn& run_writer_;
-  Network& front_door_;
+  FrontDoorNetwork& front_door_;
   Buffer receive_buffer_;
   MemoryRegion receive_region_;
   const size_t reply_slots_;        // kReplySlots and one per NIC
@@ -1214,13 +1231,14 @@ class RandomFillServer {
 
 // ofi_rxm (what "tcp" is on libfabric 1.x) keeps receive buffers of about
 // 16 KB posted on its connections (4096 by default) and reads up to 32
-// messages per progress call into them; a message that no receive of ours
-// matches yet stays in its buffer, which is replaced by a new one, so the
-// pool grows without bound while a flood outruns the front door (which
-// takes at most 16 completions per fi_cq_read). With 8 buffers posted, a
-// flood waits in the kernel's socket buffers (TCP flow control) instead of
-// in the server's memory. Set before the provider first reads it (the
-// first fi_getinfo); a value the user set wins. Other providers ignore it.
+// messages per progress call into them. The front door takes its messages
+// in those buffers and gives each back (FrontDoorNetwork), so with 8 of
+// them rxm never hands over more at once than the front door reads (16 per
+// fi_cq_read), and a flood waits in the kernel's socket buffers (TCP flow
+// control). Where receives are posted (2.x), a message that no receive of
+// ours matches yet stays in its buffer, which is replaced by a new one. Set
+// before the provider first reads it (the first fi_getinfo); a value the
+// user set wins. Other providers ignore it.
 void LimitProviderReceiveBuffers() { setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", /*overwrite=*/0); }
 
 int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn& run_writer,
@@ -1241,7 +1259,7 @@ int ServerMain(int argc, char** argv, const std::string& chapter, const WriterFn
     if (options.print_topology) return 0;
     TicksPerNanosecond();  // calibrated once, before anything is timed
     // The front door: the address clients know (see RandomFillServer).
-    Network front_door(node.net(0, 0).info());
+    FrontDoorNetwork front_door(node.net(0, 0).info());
     NicHarness front_door_harness(front_door);
     // Bounds what no loop of ours can: a thread stuck inside the provider.
     // The server then ends with exit code 3, and a supervisor starts a new

@@ -3,14 +3,32 @@
 // dropped messages are limited with a count of those left out, and a
 // RANDOM_FILL is paired only with its own session's CONNECT, and only when
 // it carries the cookies sent to every address that CONNECT declares.
+// FrontDoorNetwork runs on real providers: over libfabric 1.x's tcp its
+// messages arrive in the provider's own buffers, each given back.
 #include "common/front_door.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "common/buffer.h"
 #include "common/messages.h"
+#include "common/network.h"
 
 namespace tutorial {
 namespace {
+
+// As the server does (LimitProviderReceiveBuffers), before libfabric is
+// first opened: ofi_rxm keeps 8 buffers posted, so that more messages than
+// that arrive only if each buffer is given back. And rxm hands over up to 8
+// messages per read (it hands over 1 by default), so that one read of the
+// front door can take several.
+const bool kFewProviderBuffers = setenv("FI_OFI_RXM_MSG_RX_SIZE", "8", 1) == 0 &&
+                                 setenv("FI_OFI_RXM_COMP_PER_PROGRESS", "8", 1) == 0;
 
 using Clock = std::chrono::steady_clock;
 
@@ -240,6 +258,186 @@ TEST(PendingConnects, AConnectSentAgainKeepsEveryCookieOnlyWithTheSameAddresses)
       pending.Keep(session, ConnectWithNics({a, c}), t0 + std::chrono::seconds(4));
   EXPECT_NE(other.challenges[0].cookie, first.challenges[0].cookie);
   EXPECT_EQ(pending.size(), 1u);
+}
+
+TEST(FrontDoorNetwork, AsksForBufferedReceivesOnlyFromLibfabric1Tcp) {
+  EXPECT_TRUE(FrontDoorNetwork::WantsBufferedReceives(FI_VERSION(1, 17), "tcp;ofi_rxm"));
+  EXPECT_FALSE(FrontDoorNetwork::WantsBufferedReceives(FI_VERSION(2, 1), "tcp;ofi_rxm"));
+  EXPECT_FALSE(FrontDoorNetwork::WantsBufferedReceives(FI_VERSION(2, 1), "tcp"));
+  EXPECT_FALSE(FrontDoorNetwork::WantsBufferedReceives(FI_VERSION(1, 17), "shm"));
+  EXPECT_FALSE(FrontDoorNetwork::WantsBufferedReceives(FI_VERSION(1, 17), "efa"));
+}
+
+TEST(FrontDoorNetwork, ShmPostsItsReceives) {
+  ASSERT_TRUE(kFewProviderBuffers);
+  std::vector<FiInfoPtr> nics = FindNics(FabricChoice{"shm", MemoryKind::kHost, ""});
+  FrontDoorNetwork door(*nics[0]);
+  EXPECT_EQ(door.receive_mode(), FrontDoorNetwork::ReceiveMode::kPosted);
+}
+
+// Watches the front door's completion-queue reads: the most entries one
+// read returned (no other hook does anything).
+class ReadSizes : public NetworkHooks {
+ public:
+  void EnterProvider(ProviderCall) override {}
+  void LeaveProvider(ProviderCall call, ssize_t ret, uint64_t) override {
+    if (call == ProviderCall::kCqRead && ret > 0) most = std::max(most, static_cast<size_t>(ret));
+  }
+  void HeldBack() override {}
+  void Queued(const RdmaOp&, bool) override {}
+  bool Deliver(RdmaOp&) override { return true; }
+  void ErrorWithoutOp(Network&, const std::string&) override {}
+  void CheckPeerAddress(const Network&, const std::vector<uint8_t>&) override {}
+  void AddressVectorRefused(Network&) override {}
+  size_t most = 0;
+};
+
+// A front door and a sender over tcp on lo, in this process.
+class TcpFrontDoorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kFewProviderBuffers);
+    nics_ = FindNics(FabricChoice{"tcp", MemoryKind::kHost, "lo"});
+    door_ = std::make_unique<FrontDoorNetwork>(*nics_[0]);
+    door_->OnMessage(
+        [this](const uint8_t* data, size_t length) { messages_.emplace_back(data, data + length); },
+        [this](const std::string& why) { dropped_.push_back(why); });
+    sender_ = std::make_unique<Network>(*nics_[0]);
+    buffer_ = std::make_unique<Buffer>(Buffer::Allocate(MemoryKind::kHost, -1, kBufferSize));
+    region_ = sender_->Register(*buffer_);
+    door_in_sender_ = sender_->AddPeer(door_->address());
+  }
+
+  // Sends `count` messages of `length` bytes (byte i of message m is
+  // m + i, mod 256), at most 16 in flight. `quietly`: without reading the
+  // front door meanwhile, so that its next read finds many at once.
+  void Send(size_t count, size_t length, bool quietly = false) {
+    auto* bytes = static_cast<uint8_t*>(buffer_->data());
+    for (size_t m = 0; m < count; ++m) {
+      ASSERT_TRUE(PollUntil([&] { return sending_ < 16; }, quietly)) << "sends stopped completing";
+      uint8_t* slot = bytes + (m % 16) * kSlotSize;
+      for (size_t i = 0; i < length; ++i) slot[i] = static_cast<uint8_t>(m + i);
+      ++sending_;
+      sender_->PostSend(door_in_sender_, slot, length, region_.desc(),
+                        [this](Network&, RdmaOp& op) {
+                          EXPECT_TRUE(op.ok()) << op.error_message;
+                          --sending_;
+                        });
+    }
+  }
+
+  // Polls both sides until `done` holds, at most 20 seconds (a busy machine);
+  // an error out of the front door's poll is counted.
+  bool PollUntil(const std::function<bool()>& done, bool sender_only = false) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done()) {
+      sender_->PollCompletion();
+      if (sender_only) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        continue;
+      }
+      try {
+        door_->PollCompletion();
+      } catch (const std::runtime_error&) {
+        ++door_errors_;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    }
+    return true;
+  }
+
+  static constexpr size_t kSlotSize = 65536;
+  static constexpr size_t kBufferSize = 16 * kSlotSize;
+  std::vector<FiInfoPtr> nics_;
+  std::unique_ptr<FrontDoorNetwork> door_;
+  std::unique_ptr<Network> sender_;
+  std::unique_ptr<Buffer> buffer_;
+  MemoryRegion region_;
+  fi_addr_t door_in_sender_ = FI_ADDR_UNSPEC;
+  size_t sending_ = 0;
+  size_t door_errors_ = 0;
+  std::vector<std::vector<uint8_t>> messages_;
+  std::vector<std::string> dropped_;
+};
+
+TEST_F(TcpFrontDoorTest, BufferedExactlyOnLibfabric1) {
+  bool libfabric1 = FI_MAJOR(fi_version()) == 1;
+  EXPECT_EQ(door_->receive_mode() == FrontDoorNetwork::ReceiveMode::kBuffered, libfabric1)
+      << "libfabric " << FI_MAJOR(fi_version()) << "." << FI_MINOR(fi_version()) << ", provider "
+      << door_->info().fabric_attr->prov_name;
+}
+
+// Many more messages than rxm keeps buffers posted: each buffer came back.
+TEST_F(TcpFrontDoorTest, EveryMessageArrivesWholeAndItsBufferComesBack) {
+  if (door_->receive_mode() != FrontDoorNetwork::ReceiveMode::kBuffered) {
+    GTEST_SKIP() << "posted receives here (libfabric 2.x)";
+  }
+  constexpr size_t kCount = 200, kLength = 162;  // a CONNECT's size
+  Send(kCount, kLength);
+  ASSERT_TRUE(PollUntil([&] { return messages_.size() == kCount && sending_ == 0; }))
+      << messages_.size() << " of " << kCount << " arrived";
+  for (size_t m = 0; m < kCount; ++m) {
+    ASSERT_EQ(messages_[m].size(), kLength);
+    for (size_t i = 0; i < kLength; ++i) {
+      ASSERT_EQ(messages_[m][i], static_cast<uint8_t>(m + i)) << "message " << m << " byte " << i;
+    }
+  }
+  EXPECT_TRUE(dropped_.empty()) << dropped_.front();
+}
+
+// A message longer than rxm's buffers is not taken: one line, its buffer
+// goes back, and the next message still arrives.
+TEST_F(TcpFrontDoorTest, ALongMessageIsDroppedAndTheNextArrives) {
+  if (door_->receive_mode() != FrontDoorNetwork::ReceiveMode::kBuffered) {
+    GTEST_SKIP() << "posted receives here (libfabric 2.x)";
+  }
+  ASSERT_GT(door_->buffered_limit(), kMessageHeaderSize);
+  const size_t longer = door_->buffered_limit() + 1000;
+  ASSERT_LE(longer, kSlotSize);
+  Send(1, longer);
+  ASSERT_TRUE(PollUntil([&] { return !dropped_.empty(); })) << "no word of the long message";
+  EXPECT_NE(dropped_[0].find(std::to_string(longer) + " bytes"), std::string::npos) << dropped_[0];
+  Send(20, 100);
+  ASSERT_TRUE(PollUntil([&] { return messages_.size() == 20; }))
+      << messages_.size() << " of 20 arrived";
+  EXPECT_EQ(messages_[0].size(), 100u);
+  EXPECT_EQ(dropped_.size(), 1u) << dropped_.back();
+}
+
+// Handling a message throws: its buffer, and those of the messages read
+// with it, still go back (rxm keeps only 8): later, one read again takes
+// several messages. The messages are sent while the front door does not
+// read, so that one read finds several.
+TEST_F(TcpFrontDoorTest, BuffersGoBackWhenHandlingAMessageFails) {
+  if (door_->receive_mode() != FrontDoorNetwork::ReceiveMode::kBuffered) {
+    GTEST_SKIP() << "posted receives here (libfabric 2.x)";
+  }
+  bool fail = true;
+  door_->OnMessage(
+      [&](const uint8_t* data, size_t length) {
+        if (fail) throw std::runtime_error("handling failed");
+        messages_.emplace_back(data, data + length);
+      },
+      [this](const std::string& why) { dropped_.push_back(why); });
+  Send(1, 100);  // connected
+  ASSERT_TRUE(PollUntil([&] { return door_errors_ == 1 && sending_ == 0; }));
+  Send(64, 100, /*quietly=*/true);
+  ASSERT_TRUE(PollUntil([&] { return sending_ == 0; }, /*sender_only=*/true));
+  ASSERT_TRUE(PollUntil([&] { return door_errors_ >= 8; })) << door_errors_ << " errors";
+  fail = false;
+  ReadSizes reads;
+  door_->hooks = &reads;
+  Send(64, 120, /*quietly=*/true);
+  ASSERT_TRUE(PollUntil([&] { return sending_ == 0; }, /*sender_only=*/true));
+  auto later = [&] {
+    size_t n = 0;
+    for (const auto& message : messages_) n += message.size() == 120;
+    return n;
+  };
+  ASSERT_TRUE(PollUntil([&] { return later() == 64; })) << later() << " of 64 arrived";
+  door_->hooks = nullptr;
+  EXPECT_GE(reads.most, 2u) << "rxm lent one buffer at a time: the others never came back";
+  EXPECT_TRUE(dropped_.empty()) << dropped_.front();
 }
 
 }  // namespace
