@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -40,6 +41,24 @@ constexpr double kServerGoneSeconds = 10.0;
 // sends it again, in the same session (the server sends the same cookies
 // again), until the server has been silent for kServerGoneSeconds.
 constexpr double kChallengeSeconds = 3.0;
+
+// Over tcp on libfabric 1.x the server's front door takes each message in
+// one of ofi_rxm's own buffers (common/front_door.h): a longer message is
+// never taken, and its send never completes. Such a request is refused
+// before it is sent. ofi_rxm's buffer (FI_OFI_RXM_BUFFER_SIZE) holds its
+// own header too, hence the margin and "about".
+void CheckFitsProviderBuffers(const fi_info& info, size_t length) {
+  const char* set = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  const size_t buffer = set != nullptr && std::atoll(set) > 0 ? std::atoll(set) : 16384;
+  const char* provider = info.fabric_attr->prov_name;
+  if (FI_MAJOR(fi_version()) != 1 || provider == nullptr ||
+      std::string(provider) != "tcp;ofi_rxm" || length + 256 < buffer) {
+    return;
+  }
+  throw UsageError("--pages: this RANDOM_FILL is " + std::to_string(length) +
+                   " bytes; over tcp on libfabric 1.x a server takes messages of at most about " +
+                   std::to_string(buffer / 1024) + " KiB: ask for fewer pages");
+}
 
 class RandomFillClient {
  public:
@@ -91,6 +110,7 @@ class RandomFillClient {
     }
 
     RandomFillRequest request = MakeRequest();
+    CheckFitsProviderBuffers(nic0_.info(), Encode(request, session_).size());
     remote_context_ = request.remote_context;
     last_reply_at_ = Clock::now();
     ListenForReply();
