@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -41,6 +42,20 @@ void CloseNow(FidPtr<T>& object, const std::string& nic, const char* what) {
     std::fprintf(stderr, "warning: fi_close(%s) of %s failed: %s\n", what, nic.c_str(),
                  fi_strerror(-ret));
   }
+}
+
+// Where the application picks the keys (shm, tcp), the first is random, so
+// that a peer cannot guess one: over tcp a key is all that keeps a peer
+// that knows our address out of our registered memory (shm's writes go
+// through process_vm_writev and check no key: the kernel's same-user rule
+// guards it). Within the provider's key size.
+uint64_t FirstKey(const fi_info& info) {
+  std::random_device random;
+  uint64_t key = (uint64_t{random()} << 32) ^ random();
+  size_t bytes = info.domain_attr->mr_key_size;
+  if (bytes > 0 && bytes < sizeof(key)) key &= (uint64_t{1} << (8 * bytes)) - 1;
+  // Leaves room to count up without wrapping to the provider's "no key".
+  return (key >> 1) + 1;
 }
 
 }  // namespace
@@ -142,6 +157,7 @@ Network::Network(const fi_info& info) : info_(fi_dupinfo(&info)) {
   tx_depth_ = info_->tx_attr != nullptr && info_->tx_attr->size > 0 ? info_->tx_attr->size : 1;
   virt_addr_ = (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   hmem_ = (info_->caps & FI_HMEM) != 0;
+  next_mr_key_ = FirstKey(*info_);
 
   fid_fabric* fabric = nullptr;
   CheckFabric(fi_fabric(info_->fabric_attr, &fabric, nullptr), "fi_fabric");

@@ -11,7 +11,8 @@ address and regions, each followed by a RANDOM_FILL with a guessed cookie;
 and forged NICs: CONNECTs whose session and NIC 0 are the attacker's own
 (it echoes its cookie correctly) but whose other NICs and regions are the
 bystander's (the bystander's memory must stay untouched in both). A
-malformed --server on the client's side is the last case.
+malformed --server on the client's side, and RDMA WRITEs with guessed keys
+straight into a bystander over tcp, are cases of their own.
 
 Each case: all five good clients verified, the server alive at the end, and
 its resident memory after the attack within 20% of before it (measured after
@@ -343,6 +344,29 @@ class AttackTest(unittest.TestCase):
                     self.assertLessEqual(after, max(before * 1.2, before + RSS_SLACK_KB))
                 finally:
                     server.stop()
+
+    def test_guessed_keys_write_nothing(self):
+        """A peer that knows a process's address and region but not its
+        key writes nothing into it over tcp: keys start at a random value.
+        (shm writes with process_vm_writev and checks no key: any process
+        of the same user can write there anyway, so shm is not run.)"""
+        if "tcp" not in PROVIDERS:
+            self.skipTest("tcp not among ATTACK_PROVIDERS")
+        server = Server(self.workdir, "tcp", "tcp-guessed-keys")
+        try:
+            log = os.path.join(self.workdir, "attacker-guessed-keys.log")
+            with open(log, "w") as out:
+                code = subprocess.run(
+                    [attacker_binary(), "--provider", "tcp", "--server", server.address(),
+                     "--mode", "guessed-keys", "--seconds", str(min(SECONDS, 3.0))],
+                    cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                    timeout=SECONDS + 60).returncode
+            print(f"attack tcp-guessed-keys: {read(log).strip()}", flush=True)
+            self.assertEqual(code, 0, read(log))
+            self.assertRegex(read(log), r"the bystander \(process \d+\) is untouched")
+            self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
+        finally:
+            server.stop()
 
     def test_attacks(self):
         for provider in PROVIDERS:

@@ -38,6 +38,13 @@
 //              cookie correctly, one session every 150 ms. Only proof that
 //              it receives at every NIC's address keeps the server from
 //              writing into the bystander. Ends as forged does.
+//   guessed-keys no message to the server: RDMA WRITEs straight into the
+//              bystander's region, whose address and size it knows (the
+//              worst case) but not its key, with every key below 4096 and
+//              random ones, as fast as the provider takes them. Keys are
+//              all that stands between a peer and another's registered
+//              memory where the application picks them (shm, tcp). Ends as
+//              forged does.
 //   cookie-rtt not an attack: one CONNECT (a new session each) every
 //              110 ms, timing each until its CHALLENGE arrives, the round
 //              trip a client now waits before its RANDOM_FILL. Prints
@@ -276,6 +283,7 @@ class Attacker {
     if (o_.mode == "forgotten") return ProbeUntilBusy(end);
     if (o_.mode == "forged") return Forge(end);
     if (o_.mode == "nic-forged") return ForgeOtherNics(end);
+    if (o_.mode == "guessed-keys") return GuessKeys(end);
     if (o_.mode == "cookie-rtt") return TimeChallenges(end);
     auto next = Clock::now();
     while (Clock::now() < end) {
@@ -332,6 +340,32 @@ class Attacker {
   // NIC 0 is ours and proven; NIC 1 on are the bystander's. The server
   // sends the bystander a CHALLENGE of its own, which we never see: the
   // cookie we echo (NIC 0's) must not be enough.
+  size_t GuessKeys(Clock::time_point end) {
+    if (bystander_ == nullptr) throw UsageError("--mode guessed-keys needs its bystander");
+    fi_addr_t victim = net_.AddPeer(bystander_->address);
+    std::memset(send_buffer_.data(), 0x5A, kSlotSize);
+    size_t tries = 0;
+    while (Clock::now() < end) {
+      if (net_.pending() < 64) {
+        RdmaWrite write;
+        write.local = send_buffer_.data();
+        write.length = 64;
+        write.local_desc = send_region_.desc();
+        write.peer = victim;
+        write.remote_addr = bystander_->region.addr;
+        write.remote_key = tries < 4096 ? tries : rng_();
+        net_.PostWrite(write, [](Network&, RdmaOp&) {});
+        ++tries;
+      }
+      net_.PollCompletion();
+    }
+    auto settle = Clock::now() + std::chrono::seconds(5);
+    while (net_.outstanding_transmits() + net_.pending() > 0 && Clock::now() < settle) {
+      net_.PollCompletion();
+    }
+    return tries;
+  }
+
   size_t ForgeOtherNics(Clock::time_point end) {
     if (bystander_ == nullptr) throw UsageError("--mode nic-forged needs its bystander");
     if (o_.gpus * o_.nics_per_gpu < 2) throw UsageError("--mode nic-forged needs 2 NICs or more");
@@ -678,7 +712,8 @@ int RunForged(const Options& options) {
 int main(int argc, char** argv) {
   try {
     tutorial::Options options = tutorial::Parse(argc, argv);
-    if (options.mode == "forged" || options.mode == "nic-forged") {
+    if (options.mode == "forged" || options.mode == "nic-forged" ||
+        options.mode == "guessed-keys") {
       return tutorial::RunForged(options);
     }
     auto start = std::chrono::steady_clock::now();
