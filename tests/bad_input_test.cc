@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "tests/process.h"
 
@@ -24,6 +25,21 @@ void ExpectOneLineError(const RunResult& r, int exit_code, const std::string& me
 RunResult Client(std::vector<std::string> args, double seconds = 30) {
   args.insert(args.begin(), kClient);
   return RunToEnd(args, seconds);
+}
+
+// A chapter 10 server over `provider` with 1 MiB host buffers, its output in
+// `dir`; `address` is set once it announced one.
+std::unique_ptr<Process> StartServer(const std::string& provider, const TempDir& dir,
+                                     std::string& address) {
+  auto server = std::make_unique<Process>(
+      std::vector<std::string>{kServer, "--provider", provider, "--memory", "host", "--buffer-size",
+                               "1048576", "--repeat", "2", "--address-file", dir.File("address")},
+      dir.File("server.out"), dir.File("server.err"));
+  if (WaitForFile(dir.File("address"), 30)) {
+    address = ReadFile(dir.File("address"));
+    address.erase(address.find_last_not_of('\n') + 1);
+  }
+  return server;
 }
 
 TEST(BadInputTest, HelpExitsZero) {
@@ -104,12 +120,9 @@ TEST(BadInputTest, CudaMemoryWithoutCuda) {
 // server then serves a good client.
 TEST(BadInputTest, ServerRejectsThenServesNextClient) {
   TempDir dir;
-  Process server({kServer, "--provider", "shm", "--memory", "host", "--buffer-size", "1048576",
-                  "--repeat", "2", "--address-file", dir.File("address")},
-                 dir.File("server.out"), dir.File("server.err"));
-  ASSERT_TRUE(WaitForFile(dir.File("address"), 30)) << ReadFile(dir.File("server.err"));
-  std::string address = ReadFile(dir.File("address"));
-  address.erase(address.find_last_not_of('\n') + 1);
+  std::string address;
+  std::unique_ptr<Process> server = StartServer("shm", dir, address);
+  ASSERT_FALSE(address.empty()) << ReadFile(dir.File("server.err"));
   std::vector<std::string> shm = {"--provider", "shm", "--memory", "host", "--server", address};
 
   auto with = [&](std::vector<std::string> extra) {
@@ -128,8 +141,8 @@ TEST(BadInputTest, ServerRejectsThenServesNextClient) {
   EXPECT_EQ(good.exit_code, 0) << good.out << good.err << ReadFile(dir.File("server.err"));
   EXPECT_NE(good.out.find("every byte correct"), std::string::npos);
 
-  server.Signal(SIGINT);
-  EXPECT_EQ(server.Wait(20), 0);
+  server->Signal(SIGINT);
+  EXPECT_EQ(server->Wait(20), 0);
   std::string out = ReadFile(dir.File("server.out"));
   EXPECT_NE(out.find("1 transfer(s) served"), std::string::npos) << out;
 }
@@ -139,17 +152,14 @@ TEST(BadInputTest, ServerRejectsThenServesNextClient) {
 // pages (about 24 KB) before sending it, and the server serves the next.
 TEST(BadInputTest, FillLongerThanTcpBuffersIsRefusedAndTheNextIsServed) {
   TempDir dir;
-  Process server({kServer, "--provider", "tcp", "--memory", "host", "--buffer-size", "1048576",
-                  "--repeat", "2", "--address-file", dir.File("address")},
-                 dir.File("server.out"), dir.File("server.err"));
-  ASSERT_TRUE(WaitForFile(dir.File("address"), 30)) << ReadFile(dir.File("server.err"));
+  std::string address;
+  std::unique_ptr<Process> server = StartServer("tcp", dir, address);
+  ASSERT_FALSE(address.empty()) << ReadFile(dir.File("server.err"));
   if (ReadFile(dir.File("server.out")).find("FI_BUFFERED_RECV") == std::string::npos) {
-    server.Signal(SIGINT);
-    server.Wait(20);
+    server->Signal(SIGINT);
+    server->Wait(20);
     GTEST_SKIP() << "this libfabric's front door posts its receives (not 1.x tcp)";
   }
-  std::string address = ReadFile(dir.File("address"));
-  address.erase(address.find_last_not_of('\n') + 1);
   std::vector<std::string> tcp = {"--provider",  "tcp",   "--memory",      "host",
                                   "--server",    address, "--buffer-size", "1048576",
                                   "--page-size", "64"};
@@ -162,8 +172,8 @@ TEST(BadInputTest, FillLongerThanTcpBuffersIsRefusedAndTheNextIsServed) {
   RunResult good = with({"--pages", "256"});
   EXPECT_EQ(good.exit_code, 0) << good.out << good.err << ReadFile(dir.File("server.err"));
   EXPECT_NE(good.out.find("every byte correct"), std::string::npos);
-  server.Signal(SIGINT);
-  EXPECT_EQ(server.Wait(20), 0);
+  server->Signal(SIGINT);
+  EXPECT_EQ(server->Wait(20), 0);
 }
 
 }  // namespace
