@@ -6,7 +6,7 @@
 # machine may lack (lib/; libstdc++ and libgcc_s apart in lib2/), and ip, ps
 # and taskset as a fallback (fb/, used only where the machine has none).
 #
-#   maint/build_laptop_bins.sh .devbin      # a folder .git/info/exclude ignores
+#   maint/build_laptop_bins.sh .devbin      # a folder .gitignore ignores
 set -euo pipefail
 out=${1:?usage: build_laptop_bins.sh OUTDIR}
 cd "$(dirname "$0")/.."
