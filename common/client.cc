@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/front_door.h"
 #include "common/messages.h"
 #include "common/node.h"
 #include "common/options.h"
@@ -48,13 +49,14 @@ constexpr double kChallengeSeconds = 3.0;
 // before it is sent. ofi_rxm's buffer (FI_OFI_RXM_BUFFER_SIZE) holds its
 // own header too, hence the margin and "about".
 void CheckFitsProviderBuffers(const fi_info& info, size_t length) {
-  const char* set = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
-  const size_t buffer = set != nullptr && std::atoll(set) > 0 ? std::atoll(set) : 16384;
   const char* provider = info.fabric_attr->prov_name;
-  if (FI_MAJOR(fi_version()) != 1 || provider == nullptr ||
-      std::string(provider) != "tcp;ofi_rxm" || length + 256 < buffer) {
+  if (provider == nullptr || !FrontDoorNetwork::WantsBufferedReceives(fi_version(), provider)) {
     return;
   }
+  const char* set = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  const long long set_size = set != nullptr ? std::atoll(set) : 0;
+  const size_t buffer = set_size > 0 ? static_cast<size_t>(set_size) : 16384;
+  if (length + 256 < buffer) return;
   throw UsageError("--pages: this RANDOM_FILL is " + std::to_string(length) +
                    " bytes; over tcp on libfabric 1.x a server takes messages of at most about " +
                    std::to_string(buffer / 1024) + " KiB: ask for fewer pages");
