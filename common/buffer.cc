@@ -34,8 +34,8 @@ GetHandleFn DriverGetHandleForAddressRange() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
 #if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn,
-                                                     11070, cudaEnableDefault, &status);
+  cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
+                                                     cudaEnableDefault, &status);
 #else
   cudaError_t err =
       cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &fn, cudaEnableDefault, &status);
@@ -51,9 +51,7 @@ constexpr size_t kCudaGranularity = 2u << 20;
 
 }  // namespace
 
-const char* MemoryKindName(MemoryKind kind) {
-  return kind == MemoryKind::kCuda ? "cuda" : "host";
-}
+const char* MemoryKindName(MemoryKind kind) { return kind == MemoryKind::kCuda ? "cuda" : "host"; }
 
 bool BuiltWithCuda() {
 #ifdef TUTORIAL_HAVE_CUDA
@@ -209,9 +207,9 @@ void Buffer::CopyToHost(size_t offset, void* dst, size_t length) const {
   }
 #ifdef TUTORIAL_HAVE_CUDA
   CheckCuda(cudaSetDevice(cuda_device_), "cudaSetDevice");
-  CheckCuda(cudaMemcpy(dst, static_cast<const char*>(data_) + offset, length,
-                       cudaMemcpyDeviceToHost),
-            "cudaMemcpy to host");
+  CheckCuda(
+      cudaMemcpy(dst, static_cast<const char*>(data_) + offset, length, cudaMemcpyDeviceToHost),
+      "cudaMemcpy to host");
 #endif
 }
 

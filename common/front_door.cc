@@ -19,11 +19,11 @@ std::vector<uint8_t> FairMailbox::SourceOf(const uint8_t* data, size_t length) {
   }
 }
 
-FairMailbox::Refused FairMailbox::Push(Message message) {
+FairMailbox::Refused FairMailbox::Push(Message message, bool awaited) {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t& held = per_source_count_[message.source];
   if (held >= per_source_) return Refused::kSourceFull;
-  if (messages_.size() >= capacity_) {
+  if (messages_.size() >= (awaited ? capacity_ : capacity_ - reserved_)) {
     if (held == 0) per_source_count_.erase(message.source);
     return Refused::kFull;
   }
@@ -40,6 +40,11 @@ std::optional<FairMailbox::Message> FairMailbox::Take() {
   auto count = per_source_count_.find(message.source);
   if (count != per_source_count_.end() && --count->second == 0) per_source_count_.erase(count);
   return message;
+}
+
+bool FairMailbox::Holds(const std::vector<uint8_t>& source) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return per_source_count_.count(source) != 0;
 }
 
 bool FairMailbox::empty() const {
@@ -187,6 +192,14 @@ PendingConnects::Pairing PendingConnects::Take(const Session& session, uint64_t 
     return match ? Pairing::kPaired : Pairing::kWrongCookie;
   }
   return Pairing::kNoConnect;
+}
+
+bool PendingConnects::Awaits(const Session& session) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Entry& entry : entries_) {
+    if (entry.session == session) return true;
+  }
+  return false;
 }
 
 bool PendingConnects::Forget(const Session& session) {

@@ -44,13 +44,20 @@ class FairMailbox {
   };
   enum class Refused { kNo, kSourceFull, kFull };
 
-  FairMailbox(size_t capacity, size_t per_source) : capacity_(capacity), per_source_(per_source) {}
+  // `reserved` of the `capacity` places hold only awaited messages (a
+  // RANDOM_FILL whose CONNECT was answered): a sender can name a new
+  // address in every message and so escape the per-source limit, but it
+  // cannot take the places of clients already let in.
+  FairMailbox(size_t capacity, size_t per_source, size_t reserved = 0)
+      : capacity_(capacity), per_source_(per_source), reserved_(reserved) {}
 
   // Keeps the message, or says why not.
-  Refused Push(Message message);
+  Refused Push(Message message, bool awaited = false);
   std::optional<Message> Take();
   bool empty() const;
   size_t size() const;
+  // True when a message of `source` is waiting.
+  bool Holds(const std::vector<uint8_t>& source) const;
 
   // The sender a message names (its session's address), read without
   // trusting anything else in it; empty when it names none.
@@ -59,6 +66,7 @@ class FairMailbox {
  private:
   const size_t capacity_;
   const size_t per_source_;
+  const size_t reserved_;
   mutable std::mutex mutex_;
   std::deque<Message> messages_;
   std::map<std::vector<uint8_t>, size_t> per_source_count_;
@@ -147,6 +155,8 @@ class PendingConnects {
   // is handed to `*connect` only when the cookie is the XOR of those it was
   // kept with (kPaired).
   Pairing Take(const Session& session, uint64_t cookie, ConnectMessage* connect);
+  // True when a CONNECT of `session` is kept (its RANDOM_FILL is awaited).
+  bool Awaits(const Session& session) const;
   // Forgets the CONNECT of `session`; true when one was kept.
   bool Forget(const Session& session);
   size_t size() const;

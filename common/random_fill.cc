@@ -23,7 +23,8 @@ RandomStream::RandomStream(uint64_t seed, uint32_t gpu, uint32_t buffer)
 uint64_t RandomStream::Word(uint64_t index) const { return Mix(key_ + (index + 1) * kGolden); }
 
 void RandomStream::Fill(uint64_t first_word, uint8_t* out, size_t length) const {
-  if (length % 8 != 0) throw std::invalid_argument("RandomStream::Fill: length not a multiple of 8");
+  if (length % 8 != 0)
+    throw std::invalid_argument("RandomStream::Fill: length not a multiple of 8");
   for (size_t i = 0; i < length / 8; ++i) {
     uint64_t word = Word(first_word + i);
     std::memcpy(out + 8 * i, &word, 8);

@@ -540,10 +540,44 @@ class RandomFillServer {
   // ReplyLimiter interval) and counted, never queued.
   void TakeIn(const uint8_t* data, size_t length) {
     last_message_at_ = Clock::now();
+    std::optional<bool> awaited = SortAtTheDoor(data, length);
+    if (!awaited) return;
     FairMailbox::Message message{std::vector<uint8_t>(data, data + length), Clock::now(),
                                  FairMailbox::SourceOf(data, length)};
-    FairMailbox::Refused refused = mailbox_.Push(std::move(message));
+    FairMailbox::Refused refused = mailbox_.Push(std::move(message), *awaited);
     if (refused != FairMailbox::Refused::kNo) TurnAway(data, length, refused);
+  }
+
+  // Whether a message may wait in the mailbox, before it takes a place
+  // there: a sender can name a new address in every message, so the
+  // per-source limit alone lets one sender fill the mailbox. Nothing for a
+  // message that names no session, or an address nobody could answer at
+  // (malformed, or an shm process that is gone), or that is a RANDOM_FILL
+  // that neither a kept CONNECT awaits nor a waiting message of its sender
+  // comes before (answered BUSY now, as the main loop would); true for a
+  // RANDOM_FILL that a kept CONNECT awaits (the mailbox's reserved places);
+  // false for the rest.
+  std::optional<bool> SortAtTheDoor(const uint8_t* data, size_t length) {
+    try {
+      MessageHeader header = DecodeHeader(data, length);
+      CheckClientSession(header);
+      try {
+        Recovery::CheckPeerAddress(front_door_, header.session.address);
+      } catch (const std::runtime_error& e) {
+        throw ProtocolError(std::string("its session's address: ") + e.what());
+      }
+      if (PeerKnownDead(front_door_, header.session.address)) {
+        throw ProtocolError("its session's address: its process is gone");
+      }
+      if (header.type != MessageType::kRandomFill) return false;
+      if (pending_.Awaits(header.session)) return true;
+      if (mailbox_.Holds(header.session.address)) return false;
+      DecodeRandomFill(data, length);
+      AnswerUnpairedFill(header.session, kNotKept);
+    } catch (const ProtocolError& e) {
+      Dropped(e.what());
+    }
+    return std::nullopt;
   }
 
   void TurnAway(const uint8_t* data, size_t length, FairMailbox::Refused refused) {
@@ -1194,7 +1228,7 @@ class RandomFillServer {
   bool client_left_ = false;
   // Filled by whoever polls the front door (the main loop, or the
   // BusyAnswerer while a transfer runs).
-  FairMailbox mailbox_{kMaxWaitingMessages, kMaxWaitingPerSource};
+  FairMailbox mailbox_{kMaxWaitingMessages, kMaxWaitingPerSource, kMaxPendingConnects};
   PendingConnects pending_{kMaxPendingConnects, std::chrono::duration<double>(kPendingSeconds)};
   struct ReplySlot {
     enum State { kFree, kInFlight, kDone } state = kFree;

@@ -24,17 +24,17 @@ struct NicDescription {
 
 // One GPU (or host-memory stand-in) and what belongs to it.
 struct Group {
-  int cuda_device = -1;          // -1: host-memory stand-in
-  std::string gpu_pci_address;   // empty for a stand-in
-  int numa_node = -1;            // -1: unknown
-  std::vector<int> cores;        // OS CPU indices, one hardware thread per physical core
-  std::vector<size_t> nics;      // indices into the NicDescription list given to BuildGroups
+  int cuda_device = -1;         // -1: host-memory stand-in
+  std::string gpu_pci_address;  // empty for a stand-in
+  int numa_node = -1;           // -1: unknown
+  std::vector<int> cores;       // OS CPU indices, one hardware thread per physical core
+  std::vector<size_t> nics;     // indices into the NicDescription list given to BuildGroups
 };
 
 struct TopologyRequest {
-  size_t gpus = 0;          // 0: all that exist (host stand-ins: 1)
-  size_t nics_per_gpu = 0;  // 0: all the group has (providers without PCI NICs: 2)
-  bool host_memory = false; // true: use host stand-ins even where GPUs exist
+  size_t gpus = 0;           // 0: all that exist (host stand-ins: 1)
+  size_t nics_per_gpu = 0;   // 0: all the group has (providers without PCI NICs: 2)
+  bool host_memory = false;  // true: use host stand-ins even where GPUs exist
 };
 
 // A loaded hwloc topology (live machine, XML file or synthetic), RAII.

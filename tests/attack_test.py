@@ -27,6 +27,7 @@ import concurrent.futures
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,6 +159,17 @@ class AttackTest(unittest.TestCase):
                 break
         time.sleep(0.5)
 
+    def keep_logs(self, tag):
+        """A failed case's logs (server, attacker, clients), for Bazel to
+        keep in the test's outputs.zip (bazel-testlogs/tests/attack_test/
+        test.outputs/)."""
+        kept = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if not kept:
+            return
+        for name in os.listdir(self.workdir):
+            if name.endswith(".log") and tag in name:
+                shutil.copy(os.path.join(self.workdir, name), os.path.join(kept, name))
+
     def attack(self, provider, mode):
         tag = f"{provider}-{mode}"
         server = Server(self.workdir, provider, tag)
@@ -230,6 +242,9 @@ class AttackTest(unittest.TestCase):
                       "(ATTACK_MEMORY_UNCHECKED= checks it)", flush=True)
             else:
                 self.assertLessEqual(after, limit, f"{tag}: server memory grew\n{log[-3000:]}")
+        except AssertionError:
+            self.keep_logs(tag)
+            raise
         finally:
             server.stop()
 

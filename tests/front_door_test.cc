@@ -61,6 +61,21 @@ TEST(FairMailbox, FullMeansFullAndTakingMakesRoom) {
   EXPECT_TRUE(mailbox.empty());
 }
 
+// A sender that names a new address in every message escapes the
+// per-source limit; it still cannot take the places kept for RANDOM_FILLs
+// whose CONNECT was answered.
+TEST(FairMailbox, ManySourcesCannotTakeTheReservedPlaces) {
+  FairMailbox mailbox(/*capacity=*/8, /*per_source=*/3, /*reserved=*/2);
+  size_t kept = 0;
+  for (int i = 0; i < 100; ++i) kept += mailbox.Push(From(100 + i)) == FairMailbox::Refused::kNo;
+  EXPECT_EQ(kept, 6u);
+  EXPECT_EQ(mailbox.Push(From(1)), FairMailbox::Refused::kFull);
+  EXPECT_EQ(mailbox.Push(From(1), /*awaited=*/true), FairMailbox::Refused::kNo);
+  EXPECT_EQ(mailbox.Push(From(2), /*awaited=*/true), FairMailbox::Refused::kNo);
+  EXPECT_EQ(mailbox.Push(From(3), /*awaited=*/true), FairMailbox::Refused::kFull);
+  EXPECT_EQ(mailbox.size(), 8u);
+}
+
 TEST(FairMailbox, TheSourceIsTheSessionsAddress) {
   Session session{42, {7, 7, 7}};
   std::vector<uint8_t> bytes = EncodeEmpty(MessageType::kProbe, session);
@@ -119,6 +134,26 @@ Session Client(uint64_t nonce, uint8_t address = 1) {
 }
 
 constexpr auto kMaxAge = std::chrono::seconds(15);
+
+TEST(FairMailbox, HoldsASourceWhileOneOfItsMessagesWaits) {
+  FairMailbox mailbox(/*capacity=*/4, /*per_source=*/2);
+  EXPECT_FALSE(mailbox.Holds(std::vector<uint8_t>(4, 1)));
+  ASSERT_EQ(mailbox.Push(From(1)), FairMailbox::Refused::kNo);
+  EXPECT_TRUE(mailbox.Holds(std::vector<uint8_t>(4, 1)));
+  EXPECT_FALSE(mailbox.Holds(std::vector<uint8_t>(4, 2)));
+  mailbox.Take();
+  EXPECT_FALSE(mailbox.Holds(std::vector<uint8_t>(4, 1)));
+}
+
+TEST(PendingConnects, AwaitsOnlyTheSessionsItKeeps) {
+  PendingConnects pending(4, kMaxAge);
+  ASSERT_NE(pending.Keep(Client(7), ConnectOf(3), Clock::now()).cookie, 0u);
+  EXPECT_TRUE(pending.Awaits(Client(7)));
+  EXPECT_FALSE(pending.Awaits(Client(8))) << "another nonce";
+  EXPECT_FALSE(pending.Awaits(Client(7, 2))) << "another address";
+  EXPECT_TRUE(pending.Forget(Client(7)));
+  EXPECT_FALSE(pending.Awaits(Client(7)));
+}
 
 TEST(PendingConnects, ARandomFillEchoingTheCookieIsPaired) {
   PendingConnects pending(4, kMaxAge);
