@@ -39,6 +39,17 @@ class AbTableTest(unittest.TestCase):
             self.assertIn(out.strip(), readme)
             self.assertIn(f"| runs before / {side} |", out)
 
+    def test_readme_shows_the_split_against_before_and_now(self):
+        root = source_root()
+        folder = root / "results" / "core-restructure-speed" / "bisect"
+        readme = (root / "results" / "core-restructure-speed" / "README.md").read_text()
+        for side in ("split", "now"):
+            out = subprocess.run([sys.executable, str(root / "maint" / "ab_table.py"), str(folder),
+                                  "--after", side], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertIn(out.strip(), readme)
+            self.assertIn(f"| runs before / {side} |", out)
+
 
 if __name__ == "__main__":
     unittest.main()
