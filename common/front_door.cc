@@ -73,6 +73,20 @@ bool ReplyLimiter::Allow(const std::vector<uint8_t>& address,
   return true;
 }
 
+bool RecentlyChecked::Passed(const std::vector<uint8_t>& address,
+                             std::chrono::steady_clock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto pass = passed_.find(address);
+  return pass != passed_.end() && now - pass->second < valid_;
+}
+
+void RecentlyChecked::NotePass(const std::vector<uint8_t>& address,
+                               std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (passed_.size() >= remembered_ && passed_.count(address) == 0) passed_.clear();
+  passed_[address] = now;
+}
+
 bool ReplyLimiter::AllowAll(const std::vector<std::vector<uint8_t>>& addresses,
                             std::chrono::steady_clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);

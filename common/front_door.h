@@ -90,6 +90,23 @@ class ReplyLimiter {
   std::map<std::vector<uint8_t>, std::chrono::steady_clock::time_point> last_;
 };
 
+// Addresses that passed a check lately, each for `valid` after its check:
+// a flood from one address is checked once per `valid`, not once per
+// message. Only passes are remembered, at most `remembered` of them.
+class RecentlyChecked {
+ public:
+  RecentlyChecked(std::chrono::milliseconds valid, size_t remembered)
+      : valid_(valid), remembered_(remembered) {}
+  bool Passed(const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point now) const;
+  void NotePass(const std::vector<uint8_t>& address, std::chrono::steady_clock::time_point now);
+
+ private:
+  const std::chrono::milliseconds valid_;
+  const size_t remembered_;
+  mutable std::mutex mutex_;
+  std::map<std::vector<uint8_t>, std::chrono::steady_clock::time_point> passed_;
+};
+
 class RateLimitedLog {
  public:
   using Clock = std::chrono::steady_clock;

@@ -343,7 +343,7 @@ class RandomFillServer {
   }
 
  private:
-  // After a flood (more messages turned away than the mailbox holds) and
+  // After a flood (more messages kept out of the mailbox than it holds) and
   // FloodOverSeconds without any message, the front door is rebuilt at its
   // address (clients need not learn a new one): what the provider took in
   // during the flood goes back with the old endpoint. Between clients, with
@@ -352,14 +352,14 @@ class RandomFillServer {
   void RebuildAfterFlood() {
     const double flood_over = FloodOverSeconds(node_.fabric().provider);
     if (flood_over <= 0 || !KeepsAddressOnRebuild(node_.fabric().provider)) return;
-    size_t turned_away = turned_away_.load();
-    if (turned_away < turned_away_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;
+    size_t kept_out = kept_out_.load();
+    if (kept_out < kept_out_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;
     auto quiet = Clock::now() - last_message_at_.load();
     if (quiet < std::chrono::duration<double>(flood_over)) return;
     for (const ReplySlot& reply : replies_) {
       if (reply.state != ReplySlot::kFree) return;
     }
-    turned_away_at_rebuild_ = turned_away;
+    kept_out_at_rebuild_ = kept_out;
     Recovery::WantReset(front_door_);
     std::string note = Recover(/*always=*/false);
     std::fprintf(stderr, "server: a flood at the front door is over%s\n", note.c_str());
@@ -561,13 +561,17 @@ class RandomFillServer {
     try {
       MessageHeader header = DecodeHeader(data, length);
       CheckClientSession(header);
-      try {
-        Recovery::CheckPeerAddress(front_door_, header.session.address);
-      } catch (const std::runtime_error& e) {
-        throw ProtocolError(std::string("its session's address: ") + e.what());
-      }
-      if (PeerKnownDead(front_door_, header.session.address)) {
-        throw ProtocolError("its session's address: its process is gone");
+      const auto now = Clock::now();
+      if (!door_checked_.Passed(header.session.address, now)) {
+        try {
+          Recovery::CheckPeerAddress(front_door_, header.session.address);
+        } catch (const std::runtime_error& e) {
+          throw ProtocolError(std::string("its session's address: ") + e.what());
+        }
+        if (PeerKnownDead(front_door_, header.session.address)) {
+          throw ProtocolError("its session's address: its process is gone");
+        }
+        door_checked_.NotePass(header.session.address, now);
       }
       if (header.type != MessageType::kRandomFill) return false;
       if (pending_.Awaits(header.session)) return true;
@@ -577,11 +581,13 @@ class RandomFillServer {
     } catch (const ProtocolError& e) {
       Dropped(e.what());
     }
+    ++kept_out_;
     return std::nullopt;
   }
 
   void TurnAway(const uint8_t* data, size_t length, FairMailbox::Refused refused) {
     ++turned_away_;
+    ++kept_out_;
     std::string note;
     try {
       MessageHeader header = DecodeHeader(data, length);
@@ -1255,7 +1261,13 @@ class RandomFillServer {
   size_t failed_ = 0;
   std::atomic<size_t> dropped_{0};
   std::atomic<size_t> turned_away_{0};
-  size_t turned_away_at_rebuild_ = 0;                 // RebuildAfterFlood
+  // Session addresses SortAtTheDoor let in lately (over shm each check
+  // looks at /dev/shm and the process): checked again after 1 s.
+  RecentlyChecked door_checked_{std::chrono::milliseconds(1000), kMaxWaitingMessages};
+  // Messages that took no place in the mailbox: sorted out at the door or
+  // turned away (RebuildAfterFlood).
+  std::atomic<size_t> kept_out_{0};
+  size_t kept_out_at_rebuild_ = 0;
   std::atomic<Clock::time_point> last_message_at_{};  // any completion of a receive
   StaleFileSweeper sweeper_{front_door_};
   std::deque<std::vector<std::vector<uint8_t>>> past_clients_;  // their NICs' addresses

@@ -145,6 +145,19 @@ TEST(FairMailbox, HoldsASourceWhileOneOfItsMessagesWaits) {
   EXPECT_FALSE(mailbox.Holds(std::vector<uint8_t>(4, 1)));
 }
 
+TEST(RecentlyChecked, RemembersPassesForAWhileAndBoundsItsMemory) {
+  RecentlyChecked checked(std::chrono::milliseconds(1000), /*remembered=*/2);
+  auto t0 = Clock::now();
+  EXPECT_FALSE(checked.Passed({1}, t0)) << "never checked";
+  checked.NotePass({1}, t0);
+  EXPECT_TRUE(checked.Passed({1}, t0 + std::chrono::milliseconds(999)));
+  EXPECT_FALSE(checked.Passed({1}, t0 + std::chrono::milliseconds(1000))) << "checked again";
+  checked.NotePass({2}, t0);
+  checked.NotePass({3}, t0);  // a third forgets the others
+  EXPECT_TRUE(checked.Passed({3}, t0));
+  EXPECT_FALSE(checked.Passed({1}, t0));
+}
+
 TEST(PendingConnects, AwaitsOnlyTheSessionsItKeeps) {
   PendingConnects pending(4, kMaxAge);
   ASSERT_NE(pending.Keep(Client(7), ConnectOf(3), Clock::now()).cookie, 0u);
