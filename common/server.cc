@@ -540,10 +540,11 @@ class RandomFillServer {
   // ReplyLimiter interval) and counted, never queued.
   void TakeIn(const uint8_t* data, size_t length) {
     last_message_at_ = Clock::now();
-    std::optional<bool> awaited = SortAtTheDoor(data, length);
+    std::vector<uint8_t> source;
+    std::optional<bool> awaited = SortAtTheDoor(data, length, &source);
     if (!awaited) return;
     FairMailbox::Message message{std::vector<uint8_t>(data, data + length), Clock::now(),
-                                 FairMailbox::SourceOf(data, length)};
+                                 std::move(source)};
     FairMailbox::Refused refused = mailbox_.Push(std::move(message), *awaited);
     if (refused != FairMailbox::Refused::kNo) TurnAway(data, length, refused);
   }
@@ -556,23 +557,23 @@ class RandomFillServer {
   // that neither a kept CONNECT awaits nor a waiting message of its sender
   // comes before (answered BUSY now, as the main loop would); true for a
   // RANDOM_FILL that a kept CONNECT awaits (the mailbox's reserved places);
-  // false for the rest.
-  std::optional<bool> SortAtTheDoor(const uint8_t* data, size_t length) {
+  // false for the rest. `*source` is set to the session's address.
+  std::optional<bool> SortAtTheDoor(const uint8_t* data, size_t length,
+                                    std::vector<uint8_t>* source) {
     try {
       MessageHeader header = DecodeHeader(data, length);
       CheckClientSession(header);
       const auto now = Clock::now();
       if (!door_checked_.Passed(header.session.address, now)) {
         try {
+          // Over shm this also finds a process that is gone.
           Recovery::CheckPeerAddress(front_door_, header.session.address);
         } catch (const std::runtime_error& e) {
           throw ProtocolError(std::string("its session's address: ") + e.what());
         }
-        if (PeerKnownDead(front_door_, header.session.address)) {
-          throw ProtocolError("its session's address: its process is gone");
-        }
         door_checked_.NotePass(header.session.address, now);
       }
+      *source = header.session.address;
       if (header.type != MessageType::kRandomFill) return false;
       if (pending_.Awaits(header.session)) return true;
       if (mailbox_.Holds(header.session.address)) return false;
