@@ -57,6 +57,17 @@ size_t FairMailbox::size() const {
   return messages_.size();
 }
 
+bool WindowBudget::Take(std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (now - start_ >= window_) {
+    start_ = now;
+    used_ = 0;
+  }
+  if (used_ >= per_window_) return false;
+  ++used_;
+  return true;
+}
+
 bool ReplyLimiter::Allow(const std::vector<uint8_t>& address,
                          std::chrono::steady_clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -140,6 +151,24 @@ void RateLimitedLog::Flush(Clock::time_point now, bool force) {
   written_ = 0;
   left_out_ = 0;
   window_start_ = now;
+}
+
+std::string WhyReplyMayNotWait(const std::vector<WaitingReply>& waiting, bool to_sender,
+                               const Session& of, size_t sender_limit) {
+  size_t senders_waiting = 0;
+  for (const WaitingReply& reply : waiting) {
+    if (reply.to_sender) ++senders_waiting;
+    if (!to_sender && !reply.to_sender && reply.of.address == of.address &&
+        reply.of.nonce != of.nonce) {
+      return "; no reply sent: the provider cannot reach its address yet, and a reply to "
+             "another session of its sender waits";
+    }
+  }
+  if (to_sender && senders_waiting >= sender_limit) {
+    return "; no reply sent: the provider cannot reach its address yet, and " +
+           std::to_string(sender_limit) + " replies already wait for theirs";
+  }
+  return "";
 }
 
 std::vector<std::vector<uint8_t>> DeclaredAddresses(const Session& session,
@@ -284,6 +313,18 @@ FrontDoorNetwork::FrontDoorNetwork(const fi_info& nic0)
                 &length) != 0) {
     buffered_limit_ = 0;
   }
+}
+
+bool FrontDoorNetwork::TrySendNow(fi_addr_t peer, const void* buf, size_t length, void* desc,
+                                  OpCallback callback) {
+  RdmaOp* op = NewOp(OpType::kSend, std::move(callback));
+  op->buf = const_cast<void*>(buf);
+  op->length = length;
+  op->desc = desc;
+  op->peer = peer;
+  if (Post(op, 0) != -FI_EAGAIN) return true;
+  FreeOp(op);
+  return false;
 }
 
 size_t FrontDoorNetwork::PollCompletion() {

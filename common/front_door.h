@@ -90,6 +90,23 @@ class ReplyLimiter {
   std::map<std::vector<uint8_t>, std::chrono::steady_clock::time_point> last_;
 };
 
+// At most `per_window` uses in each window of time, for all callers
+// together: what a flood of new names may cost, whatever names it uses.
+class WindowBudget {
+ public:
+  WindowBudget(size_t per_window, std::chrono::milliseconds window)
+      : per_window_(per_window), window_(window) {}
+  // True, and counted, while this window has a use left.
+  bool Take(std::chrono::steady_clock::time_point now);
+
+ private:
+  const size_t per_window_;
+  const std::chrono::milliseconds window_;
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point start_{};
+  size_t used_ = 0;
+};
+
 // Addresses that passed a check lately, each for `valid` after its check:
 // a flood from one address is checked once per `valid`, not once per
 // message. Only passes are remembered, at most `remembered` of them.
@@ -130,6 +147,21 @@ class RateLimitedLog {
   size_t left_out_ = 0;
   std::string last_left_out_;
 };
+
+// A reply the provider could not take at once, waiting for it to reach its
+// address (over tcp it connects first, for ever where nobody listens).
+struct WaitingReply {
+  bool to_sender = true;  // to the address a message declares it came from
+  Session of;             // a CHALLENGE to another NIC: its CONNECT's session
+};
+
+// Why one more reply may not wait, or "" when it may: to a sender, while
+// fewer than `sender_limit` such replies wait (senders that forge their
+// address are never reached, and must not hold every reply slot); to
+// another NIC of a CONNECT whose sender was reached at once, while no reply
+// of another session of that sender waits (one sender, one CONNECT's worth).
+std::string WhyReplyMayNotWait(const std::vector<WaitingReply>& waiting, bool to_sender,
+                               const Session& of, size_t sender_limit);
 
 // The addresses a CONNECT of `session` declares, each once, the session's
 // first: where the server sends its CHALLENGEs.
@@ -234,6 +266,13 @@ class FrontDoorNetwork : public Network {
   // that arrived, handed to OnMessage's callbacks. Hides Network's: the
   // front door is always polled as a FrontDoorNetwork.
   size_t PollCompletion();
+
+  // A send that the provider takes now or never: true when it took it (or
+  // refused it for good: then the callback hears the error at the next
+  // poll); false, with nothing posted and nobody to call back, when it would
+  // hold it back. Over tcp it holds a send back while it connects to the
+  // address, for ever where nobody listens.
+  bool TrySendNow(fi_addr_t peer, const void* buf, size_t length, void* desc, OpCallback callback);
 
   // Whether a 1.x tcp;ofi_rxm front door asks for buffered receives: a
   // libfabric of major version 1 (`library_version`, fi_version()), and a

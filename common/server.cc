@@ -198,6 +198,15 @@ constexpr double kPendingSeconds = 15.0;
 // Replies in flight at once, beyond one CHALLENGE for each of a client's
 // NICs; each waits at most kRejectSeconds.
 constexpr size_t kReplySlots = 16;
+// Of those, how many may wait for the provider to reach the address a
+// message came from (as it declares it). A sender's own address is reached
+// at once where its message came over a connection (tcp) or needs none (efa);
+// a forged one, where nobody listens, never is, and would hold its slot for
+// kRejectSeconds.
+constexpr size_t kRepliesWaitingForSenders = 4;
+// BUSYs to messages turned away from a full mailbox, to addresses not
+// replied to lately, per second.
+constexpr size_t kNewPeerBusysPerSecond = 100;
 // Addresses replied to lately stay in the front door's address vector (a
 // reply to the same client, or a flood's source, inserts nothing new); the
 // least recently used one leaves when another is needed. As many again as
@@ -502,10 +511,18 @@ class RandomFillServer {
       busy_log_.Line("server: too many clients connecting at once: told one to wait (BUSY)");
       return;
     }
-    for (const PendingConnects::Challenge& challenge : kept.challenges) {
+    // The sender's own address first: only once the provider reached it at
+    // once may the CHALLENGEs to its other NICs wait for theirs.
+    bool sender_reached = false;
+    for (size_t i = 0; i < kept.challenges.size(); ++i) {
+      const PendingConnects::Challenge& challenge = kept.challenges[i];
+      Reach reach = i > 0 && sender_reached ? Reach::kSendersNic : Reach::kSender;
+      bool taken_now = false;
       std::string note =
           SendReply(Session{session.nonce, challenge.address},
-                    Encode(ChallengeMessage{challenge.cookie}, Session{session.nonce, {}}));
+                    Encode(ChallengeMessage{challenge.cookie}, Session{session.nonce, {}}), reach,
+                    session, &taken_now);
+      if (i == 0) sender_reached = taken_now;
       if (!note.empty()) {
         pending_.Forget(session);  // its client never learns every cookie
         Dropped("a CONNECT whose CHALLENGE could not go out" + note);
@@ -594,7 +611,13 @@ class RandomFillServer {
       MessageHeader header = DecodeHeader(data, length);
       CheckClientSession(header);
       if (header.type == MessageType::kConnect || header.type == MessageType::kRandomFill) {
-        if (busy_limiter_.Allow(header.session.address, Clock::now())) {
+        // A BUSY to an address not replied to lately costs the provider
+        // a new peer (over tcp a connection attempt, which forged
+        // addresses would make at the flood's rate): a bounded number a second.
+        if (!KnownReplyPeer(header.session.address) && !new_peer_busy_budget_.Take(Clock::now())) {
+          note = "; no reply sent: " + std::to_string(kNewPeerBusysPerSecond) +
+                 " to new addresses this second";
+        } else if (busy_limiter_.Allow(header.session.address, Clock::now())) {
           note = SendBusy(header.session, kTurnedAway);
           if (note.empty()) note = "; told it BUSY";
         }
@@ -824,12 +847,26 @@ class RandomFillServer {
     return SendReply(to, Encode(BusyMessage{why}, Session{to.nonce, {}}));
   }
 
-  // Sends `message` (a REJECT, BUSY or ALIVE) to the session's address
+  // Where a reply goes, which says how it may wait for the provider to
+  // reach that address (SendReply).
+  enum class Reach {
+    kSender,      // the address a message declares it came from
+    kSendersNic,  // another NIC of a CONNECT whose sender was reached at once
+  };
+
+  // Sends `message` (a REJECT, BUSY, ALIVE or CHALLENGE) to `to.address`
   // through the front door, best effort and without waiting: at most
   // reply_slots_ replies are in flight, each for kRejectSeconds at most
-  // (CollectReplies). Never to one of this server's own endpoints. Returns
-  // "" or a note on why no reply went out.
-  std::string SendReply(const Session& to, const std::vector<uint8_t>& message) {
+  // (CollectReplies). A reply the provider cannot take at once waits for it
+  // to reach the address only within limits: to a sender, in at most
+  // kRepliesWaitingForSenders slots, so that senders that forge their
+  // address cannot hold them all; to another NIC of a CONNECT (`of`, its
+  // session), only while no reply of another session of that sender waits.
+  // Never to one of this server's own endpoints. Sets `*taken_now` when the
+  // provider took it at once. Returns "" or a note on why no reply went out.
+  std::string SendReply(const Session& to, const std::vector<uint8_t>& message,
+                        Reach reach = Reach::kSender, const Session& of = {},
+                        bool* taken_now = nullptr) {
     if (IsOwnAddress(to.address)) return "; no reply sent: the sender named this server";
     // shm: a process that died may have held its own queue's lock, on which
     // a send would spin forever (a CHALLENGE follows every CONNECT, so a
@@ -858,15 +895,43 @@ class RandomFillServer {
       return std::string("; no reply sent: ") + e.what();
     }
     ReplySlot& reply = replies_[slot];
-    reply.state = ReplySlot::kInFlight;
-    reply.peer = peer;
-    reply.sent = Clock::now();
+    reply = ReplySlot{ReplySlot::kInFlight, peer, Clock::now(), reach, /*waits=*/false, of};
     char* buf = static_cast<char*>(reply_buffer_.data()) + slot * kReplySlotSize;
     std::memcpy(buf, message.data(), message.size());
-    front_door_.PostSend(
-        peer, buf, message.size(), reply_region_.desc(),
-        [this, slot](Network&, RdmaOp&) { replies_[slot].state = ReplySlot::kDone; });
+    auto done = [this, slot](Network&, RdmaOp&) { replies_[slot].state = ReplySlot::kDone; };
+    if (front_door_.TrySendNow(peer, buf, message.size(), reply_region_.desc(), done)) {
+      if (taken_now != nullptr) *taken_now = true;
+      return "";
+    }
+    std::string refused = WhyReplyMayNotWait(WaitingReplies(), reach == Reach::kSender, of,
+                                             kRepliesWaitingForSenders);
+    if (!refused.empty()) {
+      reply.state = ReplySlot::kFree;
+      ++replies_skipped_;
+      return refused;
+    }
+    reply.waits = true;
+    front_door_.PostSend(peer, buf, message.size(), reply_region_.desc(), done);
     return "";
+  }
+
+  // The replies now waiting for the provider to reach their addresses.
+  std::vector<WaitingReply> WaitingReplies() const {
+    std::vector<WaitingReply> waiting;
+    for (const ReplySlot& reply : replies_) {
+      if (reply.state == ReplySlot::kInFlight && reply.waits) {
+        waiting.push_back(WaitingReply{reply.reach == Reach::kSender, reply.of});
+      }
+    }
+    return waiting;
+  }
+
+  // Whether `address` was replied to lately (it is in the address vector).
+  bool KnownReplyPeer(const std::vector<uint8_t>& address) const {
+    for (const auto& known : reply_peers_) {
+      if (known.first == address) return true;
+    }
+    return false;
   }
 
   // The front door's fi_addr_t for `address`: one of the reply_peers_limit_
@@ -1241,6 +1306,9 @@ class RandomFillServer {
     enum State { kFree, kInFlight, kDone } state = kFree;
     fi_addr_t peer = FI_ADDR_UNSPEC;
     Clock::time_point sent{};
+    Reach reach = Reach::kSender;
+    bool waits = false;  // the provider could not take it at once
+    Session of;          // the CONNECT's session, for a CHALLENGE
   };
   std::vector<ReplySlot> replies_ =
       std::vector<ReplySlot>(reply_slots_);  // only the front door's poller uses them
@@ -1248,6 +1316,7 @@ class RandomFillServer {
   size_t replies_skipped_ = 0;
   size_t replies_given_up_ = 0;
   ReplyLimiter busy_limiter_{std::chrono::milliseconds(100)};
+  WindowBudget new_peer_busy_budget_{kNewPeerBusysPerSecond, std::chrono::seconds(1)};
   ReplyLimiter probe_limiter_{std::chrono::milliseconds(500)};
   ReplyLimiter reject_limiter_{std::chrono::milliseconds(100)};
   ReplyLimiter challenge_limiter_{std::chrono::milliseconds(100)};

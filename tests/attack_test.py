@@ -12,7 +12,11 @@ and forged NICs: CONNECTs whose session and NIC 0 are the attacker's own
 (it echoes its cookie correctly) but whose other NICs and regions are the
 bystander's (the bystander's memory must stay untouched in both). A
 malformed --server on the client's side, and RDMA WRITEs with guessed keys
-straight into a bystander over tcp, are cases of their own.
+straight into a bystander over tcp, are cases of their own. Spoofed
+CONNECTs (tcp: each names a new address of this host where nobody
+listens) run only when ATTACK_MODES names them: against a sustained flood
+of them good clients lose (docs/protocol.md, "A front door no flood can
+sink").
 
 Each case: all five good clients verified, the server alive at the end, and
 its resident memory after the attack within 20% of before it (measured after
@@ -390,6 +394,8 @@ class AttackTest(unittest.TestCase):
                     print(f"attack_test: {provider}:{mode} left out (known to fail now and then; "
                           "ATTACK_KNOWN_FAILING= runs it)")
                     continue
+                if mode == "spoofed" and provider != "tcp":
+                    continue  # shm names a process: the door checks it
                 with self.subTest(provider=provider, mode=mode):
                     self.attack(provider, mode)
 

@@ -13,6 +13,11 @@
 //   owed       one CONNECT every --interval seconds, never a RANDOM_FILL
 //   malformed  CONNECTs naming addresses the provider must refuse, and
 //              sessions naming random addresses (nobody, or a stranger)
+//   spoofed    (tcp) CONNECTs as fast as the provider takes them, each
+//              naming a new well-formed address that nobody listens at
+//              (this host, a random port) as its session and every NIC:
+//              what a sender that forges its source looks like, since
+//              the provider does not name a stranger
 //   stop       one good CONNECT and RANDOM_FILL naming this endpoint (its
 //              CHALLENGE read and its cookie echoed, so that the server
 //              starts writing), then no progress at all: a client that
@@ -304,6 +309,8 @@ class Attacker {
         Post(Encode(Connect(), NewSession()));
       } else if (o_.mode == "malformed") {
         Post(Malformed());
+      } else if (o_.mode == "spoofed") {
+        Post(Spoofed());
       } else {
         throw UsageError("unknown --mode " + o_.mode);
       }
@@ -592,6 +599,21 @@ class Attacker {
     Session stranger{rng_() | 1, net_.address()};
     for (auto& byte : stranger.address) byte = static_cast<uint8_t>(rng_());
     return Encode(Fill(), stranger);
+  }
+
+  // A CONNECT whose session and NICs all name this host at a random port
+  // (bytes 2-3 of a sockaddr_in): well-formed, so the server cannot tell it
+  // from a client's until it tries to answer.
+  std::vector<uint8_t> Spoofed() {
+    if (o_.provider != "tcp") throw UsageError("--mode spoofed is for tcp");
+    std::vector<uint8_t> nobody = net_.address();
+    if (nobody.size() < 4) throw UsageError("this endpoint's address is no sockaddr");
+    uint16_t port = static_cast<uint16_t>(1024 + rng_() % 60000);
+    nobody[2] = static_cast<uint8_t>(port >> 8);
+    nobody[3] = static_cast<uint8_t>(port);
+    ConnectMessage m = Connect();
+    for (auto& address : m.nic_addresses) address = nobody;
+    return Encode(m, Session{rng_() | 1, nobody});
   }
 
   void Post(const std::vector<uint8_t>& message) {

@@ -158,6 +158,32 @@ TEST(RecentlyChecked, RemembersPassesForAWhileAndBoundsItsMemory) {
   EXPECT_FALSE(checked.Passed({1}, t0));
 }
 
+TEST(WindowBudget, SoManyUsesPerWindowThenNoneUntilTheNext) {
+  WindowBudget budget(2, std::chrono::milliseconds(1000));
+  auto t0 = Clock::now();
+  EXPECT_TRUE(budget.Take(t0));
+  EXPECT_TRUE(budget.Take(t0 + std::chrono::milliseconds(10)));
+  EXPECT_FALSE(budget.Take(t0 + std::chrono::milliseconds(999)));
+  EXPECT_TRUE(budget.Take(t0 + std::chrono::milliseconds(1000))) << "a new window";
+}
+
+TEST(WhyReplyMayNotWait, SendersThatAreNotReachedHoldFewSlots) {
+  std::vector<WaitingReply> waiting;
+  for (uint64_t i = 0; i < 3; ++i) waiting.push_back(WaitingReply{true, Client(i + 1, i + 1)});
+  EXPECT_EQ(WhyReplyMayNotWait(waiting, true, Client(9, 9), 4), "");
+  waiting.push_back(WaitingReply{true, Client(4, 4)});
+  EXPECT_NE(WhyReplyMayNotWait(waiting, true, Client(9, 9), 4), "") << "a fifth sender";
+  // The other NICs of a CONNECT whose sender was reached do not count.
+  EXPECT_EQ(WhyReplyMayNotWait(waiting, false, Client(9, 9), 4), "");
+}
+
+TEST(WhyReplyMayNotWait, OneSenderWaitsForOneConnectsNicsAtATime) {
+  std::vector<WaitingReply> waiting{WaitingReply{false, Client(7)}};
+  EXPECT_EQ(WhyReplyMayNotWait(waiting, false, Client(7), 4), "") << "its next NIC";
+  EXPECT_NE(WhyReplyMayNotWait(waiting, false, Client(8), 4), "") << "another session";
+  EXPECT_EQ(WhyReplyMayNotWait(waiting, false, Client(8, 2), 4), "") << "another sender";
+}
+
 TEST(PendingConnects, AwaitsOnlyTheSessionsItKeeps) {
   PendingConnects pending(4, kMaxAge);
   ASSERT_NE(pending.Keep(Client(7), ConnectOf(3), Clock::now()).cookie, 0u);
