@@ -317,14 +317,15 @@ FrontDoorNetwork::FrontDoorNetwork(const fi_info& nic0)
 
 bool FrontDoorNetwork::TrySendNow(fi_addr_t peer, const void* buf, size_t length, void* desc,
                                   OpCallback callback) {
-  RdmaOp* op = NewOp(OpType::kSend, std::move(callback));
-  op->buf = const_cast<void*>(buf);
-  op->length = length;
-  op->desc = desc;
-  op->peer = peer;
-  if (Post(op, 0) != -FI_EAGAIN) return true;
-  FreeOp(op);
-  return false;
+  // Alone in the queue, so that it is offered to the provider now, whatever
+  // waits there; the others keep their places.
+  std::deque<RdmaOp*> others;
+  others.swap(pending_ops);
+  PostSend(peer, buf, length, desc, std::move(callback));
+  bool taken = pending_ops.empty();
+  if (!taken) FreeOp(pending_ops.front());
+  pending_ops.swap(others);
+  return taken;
 }
 
 size_t FrontDoorNetwork::PollCompletion() {

@@ -204,6 +204,9 @@ constexpr size_t kReplySlots = 16;
 // a forged one, where nobody listens, never is, and would hold its slot for
 // kRejectSeconds.
 constexpr size_t kRepliesWaitingForSenders = 4;
+// A waiting reply is offered again after this, then after twice as long
+// each time (a client's other NIC is reached within a millisecond or two).
+constexpr auto kFirstReofferDelay = std::chrono::milliseconds(1);
 // BUSYs to messages turned away from a full mailbox, to addresses not
 // replied to lately, per second.
 constexpr size_t kNewPeerBusysPerSecond = 100;
@@ -895,11 +898,15 @@ class RandomFillServer {
       return std::string("; no reply sent: ") + e.what();
     }
     ReplySlot& reply = replies_[slot];
-    reply = ReplySlot{ReplySlot::kInFlight, peer, Clock::now(), reach, /*waits=*/false, of};
-    char* buf = static_cast<char*>(reply_buffer_.data()) + slot * kReplySlotSize;
-    std::memcpy(buf, message.data(), message.size());
-    auto done = [this, slot](Network&, RdmaOp&) { replies_[slot].state = ReplySlot::kDone; };
-    if (front_door_.TrySendNow(peer, buf, message.size(), reply_region_.desc(), done)) {
+    reply = ReplySlot{};
+    reply.state = ReplySlot::kInFlight;
+    reply.peer = peer;
+    reply.sent = Clock::now();
+    reply.length = message.size();
+    reply.reach = reach;
+    reply.of = of;
+    std::memcpy(ReplyBuffer(slot), message.data(), message.size());
+    if (PostReply(slot)) {
       if (taken_now != nullptr) *taken_now = true;
       return "";
     }
@@ -910,16 +917,31 @@ class RandomFillServer {
       ++replies_skipped_;
       return refused;
     }
-    reply.waits = true;
-    front_door_.PostSend(peer, buf, message.size(), reply_region_.desc(), done);
+    reply.state = ReplySlot::kWaiting;  // offered again by CollectReplies
+    reply.backoff = kFirstReofferDelay;
+    reply.next_offer = reply.sent + reply.backoff;
     return "";
+  }
+
+  char* ReplyBuffer(size_t slot) {
+    return static_cast<char*>(reply_buffer_.data()) + slot * kReplySlotSize;
+  }
+
+  // Offers a slot's reply to the provider: true when it took it. Outside
+  // the provider's queue, so that a reply waiting for one address never
+  // holds up another's.
+  bool PostReply(size_t slot) {
+    const ReplySlot& reply = replies_[slot];
+    return front_door_.TrySendNow(
+        reply.peer, ReplyBuffer(slot), reply.length, reply_region_.desc(),
+        [this, slot](Network&, RdmaOp&) { replies_[slot].state = ReplySlot::kDone; });
   }
 
   // The replies now waiting for the provider to reach their addresses.
   std::vector<WaitingReply> WaitingReplies() const {
     std::vector<WaitingReply> waiting;
     for (const ReplySlot& reply : replies_) {
-      if (reply.state == ReplySlot::kInFlight && reply.waits) {
+      if (reply.state == ReplySlot::kWaiting) {
         waiting.push_back(WaitingReply{reply.reach == Reach::kSender, reply.of});
       }
     }
@@ -965,11 +987,35 @@ class RandomFillServer {
     return peer;
   }
 
-  // Frees the slots of replies that went out, and gives up those the
-  // provider has not taken within kRejectSeconds (a peer that stopped
-  // reading).
+  // Offers the waiting replies to the provider again; one that waited
+  // kRejectSeconds is given up (nothing of it was posted).
+  void OfferWaitingReplies(Clock::time_point now) {
+    for (size_t slot = 0; slot < replies_.size(); ++slot) {
+      ReplySlot& reply = replies_[slot];
+      if (reply.state != ReplySlot::kWaiting) continue;
+      if (now - reply.sent > std::chrono::duration<double>(kRejectSeconds)) {
+        reply.state = ReplySlot::kFree;
+        ++replies_given_up_;
+      } else if (now < reply.next_offer) {
+        continue;
+      } else if (PostReply(slot)) {
+        reply.state = ReplySlot::kInFlight;
+        reply.sent = now;
+      } else {
+        // Each offer to an address nobody reached may cost a connection
+        // attempt: ever less often.
+        reply.backoff *= 2;
+        reply.next_offer = now + reply.backoff;
+      }
+    }
+  }
+
+  // Offers the waiting replies again, frees the slots of replies that went
+  // out, and gives up those the provider has not completed within
+  // kRejectSeconds (a peer that stopped reading).
   void CollectReplies() {
     auto now = Clock::now();
+    OfferWaitingReplies(now);
     bool stuck = false;
     for (ReplySlot& reply : replies_) {
       if (reply.state == ReplySlot::kInFlight &&
@@ -1006,17 +1052,18 @@ class RandomFillServer {
     auto deadline = Clock::now() + std::chrono::duration<double>(kRejectSeconds);
     auto in_flight = [this] {
       for (const ReplySlot& reply : replies_) {
-        if (reply.state == ReplySlot::kInFlight) return true;
+        if (reply.state == ReplySlot::kInFlight || reply.state == ReplySlot::kWaiting) return true;
       }
       return false;
     };
     while (in_flight() && Clock::now() < deadline && (while_stopping || !StopRequested())) {
       front_door_.PollCompletion();
+      OfferWaitingReplies(Clock::now());
     }
     std::string note = in_flight() ? "; the reply was not taken within 2 s" : "";
     if (!note.empty()) {
       for (ReplySlot& reply : replies_) {
-        if (reply.state == ReplySlot::kInFlight) reply.sent = Clock::time_point{};
+        if (reply.state != ReplySlot::kFree) reply.sent = Clock::time_point{};
       }
     }
     CollectReplies();
@@ -1303,12 +1350,15 @@ class RandomFillServer {
   FairMailbox mailbox_{kMaxWaitingMessages, kMaxWaitingPerSource, kMaxPendingConnects};
   PendingConnects pending_{kMaxPendingConnects, std::chrono::duration<double>(kPendingSeconds)};
   struct ReplySlot {
-    enum State { kFree, kInFlight, kDone } state = kFree;
+    // kWaiting: the provider could not take it yet, offered again.
+    enum State { kFree, kWaiting, kInFlight, kDone } state = kFree;
     fi_addr_t peer = FI_ADDR_UNSPEC;
     Clock::time_point sent{};
+    size_t length = 0;
+    Clock::duration backoff{};  // kWaiting: until the next offer, doubled each time
+    Clock::time_point next_offer{};
     Reach reach = Reach::kSender;
-    bool waits = false;  // the provider could not take it at once
-    Session of;          // the CONNECT's session, for a CHALLENGE
+    Session of;  // the CONNECT's session, for a CHALLENGE
   };
   std::vector<ReplySlot> replies_ =
       std::vector<ReplySlot>(reply_slots_);  // only the front door's poller uses them

@@ -7,13 +7,19 @@
 // messages arrive in the provider's own buffers, each given back.
 #include "common/front_door.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "common/buffer.h"
 #include "common/messages.h"
@@ -433,6 +439,49 @@ class TcpFrontDoorTest : public ::testing::Test {
   std::vector<std::vector<uint8_t>> messages_;
   std::vector<std::string> dropped_;
 };
+
+// The front door's replies rest on this: over tcp a send to an address
+// where nobody listens is never taken (rxm answers -FI_EAGAIN while it
+// connects), and TrySendNow then leaves nothing behind; a send to a peer
+// that sent to the door goes out over the connection it made.
+TEST_F(TcpFrontDoorTest, TrySendNowTakesOnlyWhatTheProviderTakesAtOnce) {
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in free_port{};
+  free_port.sin_family = AF_INET;
+  free_port.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(free_port);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&free_port), sizeof(free_port)), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&free_port), &length), 0);
+  close(probe);  // nobody listens there now
+  std::vector<uint8_t> nobody = sender_->address();
+  ASSERT_GE(nobody.size(), sizeof(sockaddr_in));
+  std::memcpy(nobody.data() + offsetof(sockaddr_in, sin_port), &free_port.sin_port,
+              sizeof(free_port.sin_port));
+
+  static char reply[64] = "reply";
+  size_t called_back = 0;
+  auto count = [&called_back](Network&, RdmaOp&) { ++called_back; };
+  fi_addr_t forged = door_->AddPeer(nobody);
+  for (int offer = 0; offer < 20; ++offer) {
+    EXPECT_FALSE(door_->TrySendNow(forged, reply, sizeof(reply), nullptr, count));
+    EXPECT_EQ(door_->pending(), 0u);
+    door_->PollCompletion();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(called_back, 0u) << "nothing was posted";
+
+  Send(1, 64);
+  ASSERT_TRUE(PollUntil([this] { return sending_ == 0; }));
+  fi_addr_t sender = door_->AddPeer(sender_->address());
+  bool taken = false;
+  for (int offer = 0; offer < 100 && !taken; ++offer) {
+    taken = door_->TrySendNow(sender, reply, sizeof(reply), nullptr, count);
+    door_->PollCompletion();
+  }
+  EXPECT_TRUE(taken) << "a sender's own address is reached over its connection";
+  EXPECT_TRUE(PollUntil([&called_back] { return called_back == 1; }));
+}
 
 TEST_F(TcpFrontDoorTest, BufferedExactlyOnLibfabric1) {
   bool libfabric1 = FI_MAJOR(fi_version()) == 1;
