@@ -577,16 +577,36 @@ class RandomFillClient {
   }
 
   // SENDs one message on NIC 0 and waits, bounded by --connect-timeout, for
-  // the provider to report it delivered.
+  // the provider to report it delivered. A send canceled under us (over
+  // tcp, the server closed the connection it was on: it rebuilt its front
+  // door after a flood) is sent again, kCanceledResends times at most.
   void Send(fi_addr_t server, const std::vector<uint8_t>& message, const char* what) {
+    constexpr int kCanceledResends = 3;
+    for (int resend = 0;; ++resend) {
+      if (SendOnce(server, message, what, resend < kCanceledResends)) return;
+      std::printf(
+          "The provider canceled our %s (the server closed its connection): sending it "
+          "again.\n",
+          what);
+      std::fflush(stdout);
+      PauseWhilePolling(0.1);
+    }
+  }
+
+  // Send's one try: true when delivered, false when canceled and
+  // `may_resend`; throws otherwise.
+  bool SendOnce(fi_addr_t server, const std::vector<uint8_t>& message, const char* what,
+                bool may_resend) {
     send_buffer_.CopyFromHost(0, message.data(), message.size());
     bool done = false;
     std::string error;
+    int error_code = 0;
     // A send the provider refuses outright comes back as a failed
     // completion at the next poll.
     nic0_.PostSend(server, send_buffer_.data(), message.size(), send_region_.desc(),
                    [&](Network&, RdmaOp& op) {
                      done = true;
+                     error_code = op.error;
                      if (!op.ok()) error = op.error_message;
                    });
     auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout);
@@ -606,6 +626,7 @@ class RandomFillClient {
     if (done && StopRequested()) {
       throw RuntimeError(std::string("interrupted after sending ") + what);
     }
+    if (done && error_code == FI_ECANCELED && may_resend) return false;
     if (!done || !error.empty()) {
       // The send's callback points into this frame: nothing may call it
       // once we throw.
@@ -619,6 +640,7 @@ class RandomFillClient {
       throw RuntimeError(std::string("cannot reach the server with ") + what + ": " + why +
                          " (is it running, with the same --provider?)");
     }
+    return true;
   }
 
   // Stopped while the server writes: tell it (CANCEL), best effort and for

@@ -109,7 +109,13 @@ enum ProviderError : uint16_t {
   kTruncated = 6,       // a message larger than the receive buffer
   kBadRing = 7,         // a malformed ring entry (a broken peer)
   kEqError = 8,         // SIMNIC_EQ_ERROR: an event-queue error on demand
+  kCanceled = 9,        // SIMNIC_CANCEL_SENDS: a send canceled on demand
 };
+
+// SIMNIC_CANCEL_SENDS=<n>: this process's first n sends complete with
+// FI_ECANCELED and are not delivered, as a connection closed under them
+// cancels them over tcp (the provider flushes its queues).
+bool TakeCanceledSend();
 const char* ProviderErrorText(int prov_errno);
 
 // ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Event-queue errors end to end over simnic.
+"""Provider errors on demand, end to end over simnic.
 
 EFA reports errors of its own internal operations on the endpoint's event
 queue. simnic raises one on demand (SIMNIC_EQ_ERROR=<file>: when the file
@@ -9,6 +9,10 @@ it is empty, report one error each). Checked here:
   transfer;
 - an error on a client's NIC ends that client in one line, long before its
   --timeout, and the server serves the next client.
+And canceled sends (SIMNIC_CANCEL_SENDS=<n>: a process's first n sends
+complete with FI_ECANCELED, as tcp's do when the server closes the
+connection under them): a client sends a canceled message again, a few
+times, then ends in one line.
 Every wait is bounded.
 """
 import os
@@ -157,6 +161,21 @@ class EqErrorsTest(unittest.TestCase):
         errors = [line for line in read(log).splitlines() if "error:" in line]
         self.assertEqual(len(errors), 1, read(log)[-1500:])
         self.assertIn("a NIC reported an error: simnic1", errors[0])
+
+    def test_a_canceled_send_is_sent_again(self):
+        code, log = self.client("canceled-once", env={"SIMNIC_CANCEL_SENDS": "1"})
+        self.assertEqual(code, 0, log[-1500:])
+        self.assertIn("canceled our CONNECT", log)
+        self.assertIn("every byte correct", log)
+
+    def test_a_send_canceled_again_and_again_ends_the_client_in_one_line(self):
+        code, log = self.client("canceled-always", env={"SIMNIC_CANCEL_SENDS": "100"})
+        self.assertEqual(code, 1, log[-1500:])
+        errors = [line for line in log.splitlines() if "error:" in line]
+        self.assertEqual(len(errors), 1, log[-1500:])
+        self.assertIn("cannot reach the server with CONNECT", errors[0])
+        self.assertIn("canceled", errors[0].lower())
+        self.good_client("after")
 
 
 if __name__ == "__main__":
