@@ -927,9 +927,9 @@ class RandomFillServer {
     return static_cast<char*>(reply_buffer_.data()) + slot * kReplySlotSize;
   }
 
-  // Offers a slot's reply to the provider: true when it took it. Outside
-  // the provider's queue, so that a reply waiting for one address never
-  // holds up another's.
+  // Offers a slot's reply to the provider: true when it took it. Never
+  // through the front door's queue of posts, so that a reply waiting for
+  // one address never holds up another's.
   bool PostReply(size_t slot) {
     const ReplySlot& reply = replies_[slot];
     return front_door_.TrySendNow(
