@@ -255,8 +255,9 @@ void ProviderWatchdog::EndStuck(size_t index, int looks, double longest_look) {
                 "%.0f s (%s)",
                 index, networks_[index]->name().c_str(), provider,
                 ProviderCallName(meter.latest_call()), stuck_seconds_,
-                shm ? "shm spins forever on a lock held by a peer that died or stopped, or on a "
-                      "message longer than its receive"
+                shm ? "shm spins forever on a lock held by a peer that died or stopped, on a "
+                      "message longer than its receive, or, on libfabric 2.x, on a queue a "
+                      "flooding sender keeps full"
                     : "the provider did not return; its thread ran or slept, it was not "
                       "waiting for a core");
   // Where that thread is, and how the watchdog saw it, on the same line
