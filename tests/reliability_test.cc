@@ -820,8 +820,10 @@ TEST_P(ReliabilityTest, ClientKilledMidTransfer) {
 // next client.
 TEST(ReliabilityShmTest, ClientInServiceHearsItsServerEndedAndTheNextIsServed) {
   // The transfer must outlast the watchdog's 10 s: the writers go on while
-  // the front door is stuck.
-  LiveServer server("shm", kLongRepeat, /*supervised=*/true);
+  // the front door is stuck. kLongRepeat lasted about 10 s over 2.x's shm
+  // on a 2-core machine, and once ended just before the watchdog.
+  constexpr uint64_t kOutlastsTheWatchdog = 4 * kLongRepeat;
+  LiveServer server("shm", kOutlastsTheWatchdog, /*supervised=*/true);
   TempDir dir;
   constexpr double kTimeout = 150;
   auto client = StartLongClient("shm", server, dir, kTimeout);
