@@ -578,8 +578,8 @@ class RandomFillClient {
 
   // SENDs one message on NIC 0 and waits, bounded by --connect-timeout, for
   // the provider to report it delivered. A send canceled under us (over
-  // tcp, the server closed the connection it was on: it rebuilt its front
-  // door after a flood) is sent again, kCanceledResends times at most.
+  // tcp, closing a connection flushes the sends queued on it with
+  // FI_ECANCELED) is sent again, kCanceledResends times at most.
   void Send(fi_addr_t server, const std::vector<uint8_t>& message, const char* what) {
     constexpr int kCanceledResends = 3;
     for (int resend = 0;; ++resend) {
