@@ -628,19 +628,36 @@ class RandomFillClient {
     }
     if (done && error_code == FI_ECANCELED && may_resend) return false;
     if (!done || !error.empty()) {
+      // Read before the drain, whose cancel of a send still queued calls
+      // the callback too.
+      const bool finished = done;
+      const bool never_taken = !done && HoldsQueuedSend(nic0_);
       // The send's callback points into this frame: nothing may call it
       // once we throw.
       DrainOrAbandon();
-      if (!done && StopRequested()) {
+      if (!finished && StopRequested()) {
         throw RuntimeError(std::string("interrupted while sending ") + what);
       }
-      char waited[64];
-      std::snprintf(waited, sizeof(waited), "no answer within %g s", options_.connect_timeout);
-      std::string why = !done ? waited : error;
+      char waited[128];
+      // Over tcp the provider takes no send until it has a connection to
+      // the server (ofi_rxm answers -FI_EAGAIN meanwhile).
+      std::snprintf(waited, sizeof(waited),
+                    never_taken ? "the provider did not take it within %g s: it has no "
+                                  "connection to the server"
+                                : "no answer within %g s",
+                    options_.connect_timeout);
+      std::string why = finished ? error : waited;
       throw RuntimeError(std::string("cannot reach the server with ") + what + ": " + why +
                          " (is it running, with the same --provider?)");
     }
     return true;
+  }
+
+  static bool HoldsQueuedSend(const Network& net) {
+    for (const RdmaOp* op : net.pending_ops) {
+      if (op->type == OpType::kSend) return true;
+    }
+    return false;
   }
 
   // Stopped while the server writes: tell it (CANCEL), best effort and for
