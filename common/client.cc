@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -143,17 +144,22 @@ class RandomFillClient {
       // The server writes only to a client that proved it receives at
       // every address it declared: it sends a cookie to each, and the
       // RANDOM_FILL carries their XOR (one more round trip).
-      if (ConnectForCookie(run_deadline)) {
-        request.cookie = CookiesXor();
-        start = Clock::now();
-        Send(server, Encode(request, session_), "RANDOM_FILL");
-        std::printf(
-            "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
-            "the server's writes...\n",
-            request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
-            static_cast<unsigned long long>(request.seed));
-        std::fflush(stdout);
-        if (WaitForNotices(expected, run_deadline)) break;
+      try {
+        if (ConnectForCookie(run_deadline)) {
+          request.cookie = CookiesXor();
+          start = Clock::now();
+          Send(server, Encode(request, session_), "RANDOM_FILL");
+          std::printf(
+              "Sent RANDOM_FILL: %zu page(s) of %llu bytes per buffer, seed %llu. Waiting for "
+              "the server's writes...\n",
+              request.page_indices.size(), static_cast<unsigned long long>(request.page_size),
+              static_cast<unsigned long long>(request.seed));
+          std::fflush(stdout);
+          if (WaitForNotices(expected, run_deadline)) break;
+        }
+      } catch (const ConnectionStuck&) {
+        RenewNic0();
+        continue;  // at once, in a new session
       }
       double left = std::chrono::duration<double>(run_deadline - Clock::now()).count();
       if (left <= 0) {
@@ -615,6 +621,8 @@ class RandomFillClient {
     // vanish before the server read it (docs/provider-failures.md, point 3).
     constexpr auto kInterruptGrace = std::chrono::seconds(3);
     std::optional<Clock::time_point> interrupted_at;
+    const auto renew_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(kNotTakenSeconds));
     while (!done) {
       PollAll();
       auto now = Clock::now();
@@ -622,6 +630,11 @@ class RandomFillClient {
       if (interrupted_at && now > *interrupted_at + kInterruptGrace) break;
       if (now > deadline) break;
       if (interrupted_at && PeerKnownDead(nic0_, server_address_)) break;
+      if (!interrupted_at && now > renew_at && renewals_left_ > 0 && HoldsQueuedSend(nic0_) &&
+          HasConnections(nic0_)) {
+        DrainOrAbandon();  // calls back into this frame, which we leave now
+        throw ConnectionStuck{};
+      }
     }
     if (done && StopRequested()) {
       throw RuntimeError(std::string("interrupted after sending ") + what);
@@ -651,6 +664,37 @@ class RandomFillClient {
                          " (is it running, with the same --provider?)");
     }
     return true;
+  }
+
+  // Over tcp the provider takes no send until its connection to the server
+  // is up, and one can wait for ever: libfabric 1.17's tcp leaves open a
+  // socket it accepted but had not read the request of when its endpoint
+  // closes (the server rebuilding its front door after a flood), and
+  // nothing times the request out. Removing the server's address does not
+  // close the connection (rxm does so only with FI_AV_REMOVE_CLEANUP), so
+  // NIC 0 is opened anew: a new address, and new connections.
+  struct ConnectionStuck {};
+  static constexpr double kNotTakenSeconds = 5.0;
+  // tcp (libfabric 2.x's own, or 1.x's over ofi_rxm) and verbs over
+  // ofi_rxm; not shm, efa or simnic, which need no connection.
+  static bool HasConnections(const Network& net) {
+    const char* name = net.info().fabric_attr->prov_name;
+    return std::strncmp(name, "tcp", 3) == 0 || std::strstr(name, "ofi_rxm") != nullptr;
+  }
+  void RenewNic0() {
+    --renewals_left_;
+    // Every operation of NIC 0 is forgotten (the send was cancelled
+    // first); registrations stay, they belong to the domain.
+    Recovery::ResetEndpoint(nic0_, /*keep_address=*/false);
+    server_ = nic0_.AddPeer(server_address_);
+    session_.address = nic0_.address();  // replies go there now
+    ListenForReply();
+    last_reply_at_ = Clock::now();  // the server has not been asked yet
+    std::printf(
+        "The provider had no connection to the server after %g s: NIC 0 opened anew, asking "
+        "again.\n",
+        kNotTakenSeconds);
+    std::fflush(stdout);
   }
 
   static bool HoldsQueuedSend(const Network& net) {
@@ -771,6 +815,8 @@ class RandomFillClient {
   std::atomic<Clock::time_point> last_reply_at_{};  // any reply of our sessions
   std::array<uint64_t, 8> recent_nonces_{};         // the last attempts' (NewSession)
   size_t recent_next_ = 0;
+  static constexpr int kNic0Renewals = 2;  // RenewNic0, at most this often per run
+  int renewals_left_ = kNic0Renewals;
   std::atomic<bool> heard_{false};  // any reply of our session since the last look
   std::atomic<bool> probe_in_flight_{false};
   Clock::time_point heard_at_{};  // the polling thread's
