@@ -62,10 +62,18 @@ MEMORY_UNCHECKED = [c for c in os.environ.get("ATTACK_MEMORY_UNCHECKED", "").spl
 GOOD_CLIENTS = 5
 LAYOUT = ["--memory", "host", "--buffer-size", "1048576"]
 CLIENT = ["--connect-timeout", "30", "--timeout", "90"]
-# A request whose transfer lasts long enough (40,960 WRITEs of 512 bytes:
-# one to three seconds on a loaded 2-core machine) for a second client to
-# arrive during it.
-LONG_REQUEST = ("--page-size", "512", "--pages", "1024")
+# How often the server writes each page: about the same time per page on
+# both providers (a WRITE over shm takes about 2 us, over tcp 25-75 us).
+SERVER_REPEAT = {"shm": "200", "tcp": "20"}
+# Requests whose transfer lasts long enough for a second client to arrive
+# during it: 1,024 pages of 512 bytes take about a second over shm, one to
+# three seconds over tcp on a loaded 2-core machine, where a client's start
+# can take longer, so later tries ask for more pages (3,584 keeps the
+# RANDOM_FILL under the 16 KiB that tcp on libfabric 1.x takes).
+LONG_REQUESTS = (("--page-size", "512", "--pages", "1024"),
+                 ("--page-size", "256", "--pages", "2048"),
+                 ("--page-size", "256", "--pages", "3584"),
+                 ("--page-size", "256", "--pages", "3584"))
 # Owed connects: one CONNECT this often, as in the issue's report.
 OWED_INTERVAL = "5"
 # What the server may grow by: 20%, or this much on a server this small
@@ -107,7 +115,8 @@ class Server:
         self.address_file = os.path.join(workdir, f"address-{tag}")
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(
-                [chapter_binary(CHAPTER, "server"), "--provider", provider, "--repeat", "20",
+                [chapter_binary(CHAPTER, "server"), "--provider", provider,
+                 "--repeat", SERVER_REPEAT[provider],
                  "--address-file", self.address_file] + LAYOUT,
                 cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
         if not wait_for(lambda: "Waiting for a client" in read(self.log), 60):
@@ -148,19 +157,25 @@ class AttackTest(unittest.TestCase):
         one's transfer runs, and hears BUSY from the front door's own
         thread (whose first replies set up that thread's allocator arena
         and, over tcp, a connection's buffers: about 17 MB, once), so that
-        "before" is a server in use. Tried up to three times."""
-        for attempt in range(3):
+        "before" is a server in use. Each try makes the first transfer
+        longer; the warm-up fails if no client heard BUSY, since "before"
+        would then not include that growth."""
+        for attempt, request in enumerate(LONG_REQUESTS):
             started = read(server.log).count("Started RDMA WRITE")
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
                 first = pool.submit(good_client, self.workdir, provider, server,
-                                    f"{tag}-warm{attempt}a", LONG_REQUEST)
+                                    f"{tag}-warm{attempt}a", request)
                 wait_for(lambda: read(server.log).count("Started RDMA WRITE") > started, 30, 0.01)
                 second = pool.submit(good_client, self.workdir, provider, server,
                                      f"{tag}-warm{attempt}b")
                 for ok, why in (first.result(), second.result()):
                     self.assertTrue(ok, f"{tag}: a client before the attack: {why}")
             if "busy" in second.result()[1]:
+                print(f"warm-up {tag}: a client heard BUSY (attempt {attempt + 1})", flush=True)
                 break
+        else:
+            self.fail(f"{tag}: warm-up: no second client heard BUSY in "
+                      f"{len(LONG_REQUESTS)} tries")
         time.sleep(0.5)
 
     def keep_logs(self, tag):
