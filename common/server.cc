@@ -362,7 +362,7 @@ class RandomFillServer {
   // the mailbox empty and no reply in flight. A message that arrives in
   // the moment of the rebuild is lost with the old endpoint.
   void RebuildAfterFlood() {
-    const double flood_over = FloodOverSeconds(node_.fabric().provider);
+    const double flood_over = FloodOverSeconds(front_door_.info().fabric_attr->prov_name);
     if (flood_over <= 0 || !KeepsAddressOnRebuild(node_.fabric().provider)) return;
     size_t kept_out = kept_out_.load();
     if (kept_out < kept_out_at_rebuild_ + kMaxWaitingMessages || !mailbox_.empty()) return;

@@ -205,7 +205,7 @@ bool KeepsAddressOnRebuild(const std::string& provider) {
 }
 
 double FloodOverSeconds(const std::string& provider) {
-  if (provider.find("tcp") != std::string::npos) return 0.5;
+  if (provider.find("ofi_rxm") != std::string::npos) return 0.5;
   // A client told BUSY asks again within 5 s x 1.5 (common/client.cc);
   // the rest is margin for a loaded machine.
   if (provider == "shm" && FI_MAJOR(fi_version()) >= 2) return 10.0;

@@ -127,12 +127,16 @@ bool KeepsAddressOnRebuild(const std::string& provider);
 
 // How long the front door must hear nothing after a flood before it is
 // rebuilt, so that what the provider took in during the flood goes back
-// with the old endpoint; 0 where it is never rebuilt for that. tcp (ofi_rxm
-// on 1.x keeps its grown pools): 0.5 s. shm on libfabric 2.x (a context for
-// every unmatched message, from a pool without a limit): longer than any
-// waiting client stays silent (its longest pause after BUSY), because a
-// client that mapped the old name before the rebuild never reaches the new
-// one. shm on 1.x keeps a flood's memory bounded: never.
+// with the old endpoint; 0 where it is never rebuilt for that. `provider`
+// is the endpoint's own (fabric_attr->prov_name). tcp;ofi_rxm (tcp on 1.x)
+// keeps its grown pools: 0.5 s. shm on libfabric 2.x (a context for every
+// unmatched message, from a pool without a limit): longer than any waiting
+// client stays silent (its longest pause after BUSY), because a client that
+// mapped the old name before the rebuild never reaches the new one. shm on
+// 1.x keeps a flood's memory bounded: never. tcp on 2.x (its own RDM
+// endpoint) keeps a flood's memory flat, and closing it while a peer's
+// connection is half made crashes the process at the next progress
+// (docs/provider-failures.md): never.
 double FloodOverSeconds(const std::string& provider);
 
 // After an abandoned transfer: every endpoint of every group is closed and

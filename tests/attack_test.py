@@ -12,7 +12,8 @@ and forged NICs: CONNECTs whose session and NIC 0 are the attacker's own
 (it echoes its cookie correctly) but whose other NICs and regions are the
 bystander's (the bystander's memory must stay untouched in both). A
 malformed --server on the client's side, and RDMA WRITEs with guessed keys
-straight into a bystander over tcp, are cases of their own. Spoofed
+straight into a bystander over tcp, and a tcp connection held silent
+across the end of a flood, are cases of their own. Spoofed
 CONNECTs (tcp: each names a new address of this host where nobody
 listens) run only when ATTACK_MODES names them: against a sustained flood
 of them good clients lose (docs/protocol.md, "A front door no flood can
@@ -33,6 +34,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -309,6 +311,41 @@ class AttackTest(unittest.TestCase):
             if server.poll() is None:
                 server.kill()
             server.wait()
+
+    def test_half_made_connection_across_a_flood(self):
+        """Over tcp a peer connects to the front door and sends nothing while
+        a flood ends, then closes its socket. The server must stay alive and
+        serve the next client: libfabric 2.x's tcp frees its listener's
+        memory when the endpoint closes, and reads it when a connection it
+        accepted before shows activity (docs/provider-failures.md)."""
+        if "tcp" not in PROVIDERS:
+            self.skipTest("tcp only")
+        tag = "tcp-half-made"
+        server = Server(self.workdir, "tcp", tag)
+        try:
+            self.warm_up("tcp", server, tag)
+            flood = subprocess.run(
+                [attacker_binary(), "--provider", "tcp", "--server", server.address(),
+                 "--mode", "fills", "--seconds", "3"],
+                cwd=self.workdir, capture_output=True, text=True, timeout=60)
+            self.assertEqual(flood.returncode, 0, flood.stdout + flood.stderr)
+            address = bytes.fromhex(server.address())  # a sockaddr_in
+            port, host = int.from_bytes(address[2:4], "big"), socket.inet_ntoa(address[4:8])
+            with socket.create_connection((host, port), timeout=10):
+                time.sleep(2.0)  # the front door polls (accepts it); a flood is over
+            time.sleep(0.5)
+            log = read(server.log)
+            self.assertIsNone(server.process.poll(), log[-3000:])
+            # tcp;ofi_rxm (1.x) rebuilt its front door meanwhile; tcp on 2.x never does.
+            rebuilt = "a flood at the front door is over" in log
+            self.assertEqual(rebuilt, libfabric_major(log) < 2, log[-3000:])
+            ok, why = good_client(self.workdir, "tcp", server, f"{tag}-good")
+            self.assertTrue(ok, f"{tag}: good client: {why}")
+            self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
+            print(f"attack {tag}: a connection held silent across the end of a flood; "
+                  f"the server lived and served the next client", flush=True)
+        finally:
+            server.stop()
 
     def test_lost_fill_hears_busy(self):
         """A client whose RANDOM_FILL was lost (a flood pushed it out, a
