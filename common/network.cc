@@ -235,6 +235,13 @@ void Network::CloseEndpoint() {
   posted_transmits = 0;
 }
 
+void Network::ReopenDomain() {
+  CloseNow(domain_, name_, "domain");
+  fid_domain* domain = nullptr;
+  CheckFabric(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
+  domain_.reset(domain);
+}
+
 double LinkGbps(const fi_info& info) {
   if (info.nic == nullptr || info.nic->link_attr == nullptr) return 0;
   return static_cast<double>(info.nic->link_attr->speed) / 1e9;

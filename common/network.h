@@ -256,6 +256,10 @@ class alignas(64) Network {
   // stay valid.
   virtual void CloseEndpoint();
   void OpenEndpoint(const std::vector<uint8_t>* name);
+  // After CloseEndpoint() and once every registration on it is closed:
+  // a new domain, for a provider whose closed endpoints leave work behind
+  // in their domain (harness/recovery.h). OpenEndpoint() follows.
+  void ReopenDomain();
   fid_eq* event_queue() const { return eq_.get(); }
   // A new operation context, on the list of those not yet completed; and
   // the context given back (the series: new and delete).

@@ -157,6 +157,15 @@ Node::Node(const CommonOptions& options, uint32_t buffers_per_gpu, uint64_t buff
   }
 }
 
+void Node::RegisterAgain(size_t gpu, size_t nic, const std::function<void()>& reopen) {
+  const size_t first = (gpu * nics_per_gpu() + nic) * buffers_per_gpu_;
+  for (uint32_t b = 0; b < buffers_per_gpu_; ++b) regions_[first + b] = MemoryRegion();
+  reopen();
+  for (uint32_t b = 0; b < buffers_per_gpu_; ++b) {
+    regions_[first + b] = net(gpu, nic).Register(buffer(gpu, b));
+  }
+}
+
 double Node::link_gbps() const {
   double total = 0;
   for (const auto& net : networks_) total += LinkGbps(net->info());

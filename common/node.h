@@ -50,6 +50,10 @@ class Node {
     return regions_[(gpu * nics_per_gpu() + nic) * buffers_per_gpu_ + buf];
   }
 
+  // Closes the registrations on NIC `nic` of `gpu`, calls `reopen` (which
+  // may give that NIC a new domain), and registers the buffers again.
+  void RegisterAgain(size_t gpu, size_t nic, const std::function<void()>& reopen);
+
   // Summed link speed of the NICs in use, 0 when the provider reports none.
   double link_gbps() const;
   // "" for real NICs; for a simulated one (simnic) the model's one-line

@@ -219,7 +219,11 @@ std::string RebuildNetworks(Node& node) {
     // A new address: no client needs a data endpoint's (they know the
     // server's front door), and no provider has to take an old one back.
     try {
-      Recovery::ResetEndpoint(net, /*keep_address=*/false);
+      if (Recovery::ClosedEndpointsEndangerDomain(net)) {
+        node.RegisterAgain(g, n, [&net] { Recovery::ResetDomain(net); });
+      } else {
+        Recovery::ResetEndpoint(net, /*keep_address=*/false);
+      }
     } catch (const std::runtime_error& e) {
       throw ProviderError("cannot recover after a lost client: " + NicName(g, n) + ": " + e.what() +
                           "; restart the server");

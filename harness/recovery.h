@@ -141,8 +141,10 @@ double FloodOverSeconds(const std::string& provider);
 
 // After an abandoned transfer: every endpoint of every group is closed and
 // opened again with a new address (registrations stay valid, the domain is
-// kept), whatever the provider still holds, so the next client meets no
-// state of the last one. The server's front door is not among them.
+// kept; where a closed endpoint endangers its domain, tcp on libfabric 2.x,
+// the domain is new and the buffers are registered again), whatever the
+// provider still holds, so the next client meets no state of the last one.
+// The server's front door is not among them.
 // Returns a note for the one-line report ("; rebuilt ...").
 std::string RebuildNetworks(Node& node);
 

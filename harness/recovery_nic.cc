@@ -100,6 +100,24 @@ void Recovery::ReopenAt(Network& net, const std::vector<uint8_t>& address) {
   NicHarness::Of(net).reset_wanted_ = false;
 }
 
+bool Recovery::ClosedEndpointsEndangerDomain(const Network& net) {
+  const char* name = net.info().fabric_attr->prov_name;
+  return FI_MAJOR(fi_version()) >= 2 && name != nullptr && std::string(name) == "tcp";
+}
+
+void Recovery::ResetDomain(Network& net) {
+  KeepLargeBlocksMapped();
+  CloseEndpoint(net);
+  try {
+    net.ReopenDomain();
+    net.OpenEndpoint(nullptr);
+  } catch (const std::runtime_error& e) {
+    throw RuntimeError(net.name() + ": cannot reopen the domain and endpoint: " + e.what());
+  }
+  NicHarness::Of(net).av_damaged_ = false;
+  NicHarness::Of(net).reset_wanted_ = false;
+}
+
 void Recovery::Reopen(Network& net, const std::vector<uint8_t>* address) {
   if (net.info().domain_attr->mr_mode & FI_MR_ENDPOINT) {
     throw RuntimeError(net.name() +

@@ -119,6 +119,15 @@ class Recovery {
   // The same, taking `address` (a restarted server takes back the address
   // its clients know). Throws RuntimeError when the provider cannot.
   static void ReopenAt(Network& net, const std::vector<uint8_t>& address);
+  // True where a closed endpoint leaves work behind in its domain that can
+  // crash the process: tcp's own RDM endpoint on libfabric 2.x (a
+  // connection accepted and not yet read keeps pointing at the freed
+  // listener; docs/provider-failures.md). There ResetDomain() is the safe
+  // reset.
+  static bool ClosedEndpointsEndangerDomain(const Network& net);
+  // ResetEndpoint() with a new domain and a new address: every
+  // registration on `net` must be closed first (Node::RegisterAgain).
+  static void ResetDomain(Network& net);
   // Closes the endpoint, completion queue and address vector now, before
   // memory registered with them is freed; the domain stays for the
   // registrations still open. Nothing may be posted afterwards.

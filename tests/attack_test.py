@@ -111,6 +111,25 @@ def libfabric_major(server_log):
     return int(match.group(1)) if match else 0
 
 
+def tcp_ports(pid, state="0A"):
+    """The local ports of process `pid`'s IPv4 tcp sockets in `state`
+    (/proc/net/tcp: 0A listening, 01 established), one entry per socket."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = []
+    for line in read("/proc/net/tcp").splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == state and fields[9] in inodes:
+            ports.append(int(fields[1].split(":")[1], 16))
+    return ports
+
+
 class Server:
     def __init__(self, workdir, provider, tag):
         self.log = os.path.join(workdir, f"server-{tag}.log")
@@ -344,6 +363,58 @@ class AttackTest(unittest.TestCase):
             self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
             print(f"attack {tag}: a connection held silent across the end of a flood; "
                   f"the server lived and served the next client", flush=True)
+        finally:
+            server.stop()
+
+    def test_half_made_connections_to_data_endpoints(self):
+        """Over tcp a peer connects to every data endpoint of the server
+        during a transfer and sends nothing; the server rebuilds those
+        endpoints when the transfer ends, the peer then closes its sockets.
+        The server must stay alive and serve the next client (the same
+        libfabric 2.x window as above)."""
+        if "tcp" not in PROVIDERS:
+            self.skipTest("tcp only")
+        tag = "tcp-half-made-data"
+        server = Server(self.workdir, "tcp", tag)
+        try:
+            self.warm_up("tcp", server, tag)
+            door = int.from_bytes(bytes.fromhex(server.address())[2:4], "big")
+            held = []
+            for attempt, request in enumerate(LONG_REQUESTS):
+                started = read(server.log).count("Started RDMA WRITE")
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    during = pool.submit(good_client, self.workdir, "tcp", server,
+                                         f"{tag}-during{attempt}", request)
+                    self.assertTrue(wait_for(
+                        lambda: read(server.log).count("Started RDMA WRITE") > started, 60, 0.01))
+                    ports = set(tcp_ports(server.process.pid)) - {door}
+                    self.assertTrue(ports, "no data endpoint listens")
+                    held += [socket.create_connection(("127.0.0.1", port), timeout=10)
+                             for port in sorted(ports)]
+                    # The server's provider accepted them (its progress runs
+                    # while the transfer does) unless the transfer ended first.
+                    wait_for(lambda: ports & set(tcp_ports(server.process.pid, "01")),
+                             10, 0.01)
+                    ok, why = during.result()
+                    self.assertTrue(ok, f"{tag}: the client during: {why}")
+                # Still open in the server after the rebuild: nobody closes them.
+                accepted = [p for p in tcp_ports(server.process.pid, "01") if p in ports]
+                if accepted:
+                    break
+            self.assertTrue(accepted, f"{tag}: no data endpoint accepted a connection "
+                            f"in {len(LONG_REQUESTS)} transfers")
+            time.sleep(0.5)  # the server has rebuilt its data endpoints
+            for connection in held:
+                connection.close()
+            for i in range(2):
+                ok, why = good_client(self.workdir, "tcp", server, f"{tag}-{i}")
+                self.assertTrue(ok, f"{tag}: good client {i}: {why}\nserver: "
+                                f"{read(server.log)[-1500:]}")
+            self.assertIsNone(server.process.poll(), read(server.log)[-3000:])
+            print(f"attack {tag}: {len(accepted)} silent connection(s) accepted by data "
+                  f"endpoints held across their rebuild (try {attempt + 1}); the server "
+                  f"lived and served the next clients",
+                  flush=True)
         finally:
             server.stop()
 
