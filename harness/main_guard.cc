@@ -150,9 +150,10 @@ extern "C" void OnCrash(int sig, siginfo_t*, void* context) {
   WriteText("+");
   WriteHex(offset);
   WriteText(
-      "); known shm bugs (harness/recovery.h): A smr_progress_iov on a stale peer id after "
-      "fi_av_remove, B smr_progress_connreq on a peer whose /dev/shm file is gone; exiting "
-      "(code 3: start it again, e.g. under tools/serve_forever.sh)\n");
+      "); known provider bugs (docs/provider-failures.md): A shm's smr_progress_iov on a stale "
+      "peer id after fi_av_remove, B shm's smr_progress_connreq on a peer whose /dev/shm file "
+      "is gone, C tcp 2.x's xnet_run_conn on a half-made connection to a closed endpoint; "
+      "exiting (code 3: start it again, e.g. under tools/serve_forever.sh)\n");
   _exit(kExitProviderFailed);
 }
 

@@ -23,8 +23,8 @@ int GuardedMain(const char* program, const std::function<int()>& body);
 
 // A SIGSEGV or SIGBUS whose faulting instruction lies inside libfabric or
 // a provider library loaded by it (lib*-fi.so) ends the process with one
-// line naming the library, the offset and the known shm bugs
-// (harness/recovery.h), and exit code kExitProviderFailed, instead of a
+// line naming the library, the offset and the known provider bugs
+// (docs/provider-failures.md), and exit code kExitProviderFailed, instead of a
 // backtrace file (Debian's libfabric loads libinfinipath, whose handler
 // writes *.btr files into the working directory and exits 1; ours replaces
 // it). A fault elsewhere is ours: the default action runs (a core dump).

@@ -108,7 +108,7 @@ TEST(CrashGuardDeathTest, FaultInsideLibfabricEndsWithOneLineAndCode3) {
       ::testing::ExitedWithCode(kExitProviderFailed),
       "^crash_test: error: SIGSEGV inside libfabric [0-9]+\\.[0-9]+ "
       "\\([^)]*libfabric[^)]*\\+0x[0-9a-f]+\\); "
-      "known shm bugs .*; exiting \\(code 3: start it again, e.g. under "
+      "known provider bugs .*; exiting \\(code 3: start it again, e.g. under "
       "tools/serve_forever.sh\\)\n$");
 }
 
