@@ -653,7 +653,7 @@ class RandomFillClient {
       }
       char waited[128];
       // Over tcp the provider takes no send until it has a connection to
-      // the server (ofi_rxm answers -FI_EAGAIN meanwhile).
+      // the server (-FI_EAGAIN meanwhile, on 1.x and 2.x).
       std::snprintf(waited, sizeof(waited),
                     never_taken ? "the provider did not take it within %g s: it has no "
                                   "connection to the server"
