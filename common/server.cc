@@ -791,11 +791,19 @@ class RandomFillServer {
     std::string note;
     if (Recovery::NeedsReset(front_door_)) {
       const std::vector<uint8_t> before = front_door_.address();
+      // In a new domain, on every provider: over tcp on libfabric 2.x a
+      // closed endpoint can leave a peer's half-made connection behind in
+      // its domain (docs/provider-failures.md), and the front door's two
+      // small regions make a new domain cheap.
+      receive_region_ = MemoryRegion();
+      reply_region_ = MemoryRegion();
       try {
-        Recovery::ResetEndpoint(front_door_, KeepsAddressOnRebuild(node_.fabric().provider));
+        Recovery::ResetDomain(front_door_, KeepsAddressOnRebuild(node_.fabric().provider));
       } catch (const std::runtime_error&) {
-        Recovery::ResetEndpoint(front_door_, /*keep_address=*/false);
+        Recovery::ResetDomain(front_door_, /*keep_address=*/false);
       }
+      receive_region_ = front_door_.Register(receive_buffer_);
+      reply_region_ = front_door_.Register(reply_buffer_);
       PostReceives();  // the old endpoint took the posted ones with it
       // ...and its address vector, with every reply in flight.
       reply_peers_.clear();

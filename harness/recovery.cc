@@ -220,7 +220,7 @@ std::string RebuildNetworks(Node& node) {
     // server's front door), and no provider has to take an old one back.
     try {
       if (Recovery::ClosedEndpointsEndangerDomain(net)) {
-        node.RegisterAgain(g, n, [&net] { Recovery::ResetDomain(net); });
+        node.RegisterAgain(g, n, [&net] { Recovery::ResetDomain(net, /*keep_address=*/false); });
       } else {
         Recovery::ResetEndpoint(net, /*keep_address=*/false);
       }

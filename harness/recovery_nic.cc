@@ -105,14 +105,18 @@ bool Recovery::ClosedEndpointsEndangerDomain(const Network& net) {
   return FI_MAJOR(fi_version()) >= 2 && name != nullptr && std::string(name) == "tcp";
 }
 
-void Recovery::ResetDomain(Network& net) {
+void Recovery::ResetDomain(Network& net, bool keep_address) {
+  const std::vector<uint8_t> address = net.address();
   KeepLargeBlocksMapped();
   CloseEndpoint(net);
   try {
     net.ReopenDomain();
-    net.OpenEndpoint(nullptr);
+    net.OpenEndpoint(keep_address ? &address : nullptr);
   } catch (const std::runtime_error& e) {
     throw RuntimeError(net.name() + ": cannot reopen the domain and endpoint: " + e.what());
+  }
+  if (keep_address && net.address() != address) {
+    throw RuntimeError(net.name() + ": the reopened endpoint did not take its address");
   }
   NicHarness::Of(net).av_damaged_ = false;
   NicHarness::Of(net).reset_wanted_ = false;

@@ -125,9 +125,9 @@ class Recovery {
   // listener; docs/provider-failures.md). There ResetDomain() is the safe
   // reset.
   static bool ClosedEndpointsEndangerDomain(const Network& net);
-  // ResetEndpoint() with a new domain and a new address: every
-  // registration on `net` must be closed first (Node::RegisterAgain).
-  static void ResetDomain(Network& net);
+  // ResetEndpoint() with a new domain: every registration on `net` must be
+  // closed first (Node::RegisterAgain) and made again afterwards.
+  static void ResetDomain(Network& net, bool keep_address);
   // Closes the endpoint, completion queue and address vector now, before
   // memory registered with them is freed; the domain stays for the
   // registrations still open. Nothing may be posted afterwards.
