@@ -60,3 +60,22 @@ def stop(process, seconds=30):
             process.kill()
             process.wait()
     return process.returncode
+
+
+def tcp_ports(pid, state="0A"):
+    """The local ports of process `pid`'s IPv4 tcp sockets in `state`
+    (/proc/net/tcp: 0A listening, 01 established), one entry per socket."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = []
+    for line in read("/proc/net/tcp").splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == state and fields[9] in inodes:
+            ports.append(int(fields[1].split(":")[1], 16))
+    return ports

@@ -44,7 +44,8 @@ import unittest
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "maint"))
-from peer_processes import stop as stop_process, chapter_binary, read, wait_for  # noqa: E402
+from peer_processes import (  # noqa: E402
+    stop as stop_process, chapter_binary, read, tcp_ports, wait_for)
 
 CHAPTER = "10_warmup"
 SECONDS = float(os.environ.get("ATTACK_SECONDS", "6"))
@@ -109,25 +110,6 @@ def libfabric_major(server_log):
     """The major version the server says it runs on ("libfabric 1.17.0 ...")."""
     match = re.search(r"^libfabric (\d+)\.", server_log, re.MULTILINE)
     return int(match.group(1)) if match else 0
-
-
-def tcp_ports(pid, state="0A"):
-    """The local ports of process `pid`'s IPv4 tcp sockets in `state`
-    (/proc/net/tcp: 0A listening, 01 established), one entry per socket."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    ports = []
-    for line in read("/proc/net/tcp").splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == state and fields[9] in inodes:
-            ports.append(int(fields[1].split(":")[1], 16))
-    return ports
 
 
 class Server:
