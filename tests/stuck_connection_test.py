@@ -114,13 +114,13 @@ class StuckConnectionTest(unittest.TestCase):
         self.addCleanup(self.relay.close)
         self.client_log = os.path.join(self.workdir, "client.log")
 
-    def start_client(self):
+    def start_client(self, env=None):
         with open(self.client_log, "w") as out:
             client = subprocess.Popen(
                 [chapter_binary(CHAPTER, "client"), "--server", tcp_address(self.relay.port),
                  "--page-size", "4096", "--pages", "64", "--connect-timeout", "30",
                  "--timeout", "60"] + LAYOUT,
-                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT)
+                cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.addCleanup(stop, client)
         return client
 
@@ -139,7 +139,13 @@ class StuckConnectionTest(unittest.TestCase):
         self.check_served(self.start_client())
 
     def test_silent_connection_to_the_client_across_its_renewal(self):
-        client = self.start_client()
+        # libfabric 1.17's tcp;ofi_rxm keeps the connection it accepted
+        # after its endpoint closed, and never frees it (the CI's ASan
+        # pass): its leak, not ours (tests/lsan_libfabric.supp).
+        suppressions = RUNFILES / "tests" / "lsan_libfabric.supp"
+        env = dict(os.environ, LSAN_OPTIONS=":".join(
+            o for o in (os.environ.get("LSAN_OPTIONS", ""), f"suppressions={suppressions}") if o))
+        client = self.start_client(env)
         # The client's NIC 0 listens; while its CONNECT is stuck, a peer
         # connects there and says nothing until NIC 0 was opened anew.
         self.assertTrue(wait_for(lambda: tcp_ports(client.pid), 30), read(self.client_log))
