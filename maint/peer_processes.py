@@ -64,9 +64,14 @@ def stop(process, seconds=30):
 
 def tcp_ports(pid, state="0A"):
     """The local ports of process `pid`'s IPv4 tcp sockets in `state`
-    (/proc/net/tcp: 0A listening, 01 established), one entry per socket."""
+    (/proc/net/tcp: 0A listening, 01 established), one entry per socket;
+    none once the process is gone."""
     inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return []
+    for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
