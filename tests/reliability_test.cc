@@ -1008,24 +1008,14 @@ TEST_P(ReliabilityTest, ServerKilledClientGivesUpWithinItsTimeout) {
   EXPECT_TRUE(ShmFilesOf(client->pid()).empty());
 }
 
-// What the server does to a NIC it cannot drain: a fresh endpoint, CQ and
-// AV on the same domain, at the same address, and registrations that still
-// work. The peer is a real client in another process, as the server's are:
-// libfabric's shm (1.17 to 2.6 at least) keeps a closed endpoint's name in a
-// process-wide list with its unmapped region, so a peer in the *same* process
-// that inserts the reopened name finds the stale entry and crashes or hangs.
-TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
-  const std::string provider = GetParam();
-  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
-  Network net(*infos[0]);
-  NicHarness harness(net);
-  Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
-  MemoryRegion region = net.Register(buffer);
-  std::vector<uint8_t> old_address = net.address();
-  Recovery::ResetEndpoint(net, /*keep_address=*/true);
-  EXPECT_EQ(net.address(), old_address);
-  EXPECT_FALSE(Recovery::NeedsReset(net));
-
+// A real client in another process sends its CONNECT to `net`'s address;
+// `net` must receive it whole into `buffer`. The peer is in another
+// process, as the server's are: libfabric's shm (1.17 to 2.6 at least)
+// keeps a closed endpoint's name in a process-wide list with its unmapped
+// region, so a peer in the *same* process that inserts the reopened name
+// finds the stale entry and crashes or hangs.
+void ExpectConnectArrives(const std::string& provider, Network& net, const Buffer& buffer,
+                          const MemoryRegion& region) {
   size_t received = 0;
   net.PostRecv(buffer.data(), kMaxMessageSize, region.desc(), [&](Network&, RdmaOp& op) {
     EXPECT_TRUE(op.ok()) << op.error_message;
@@ -1044,6 +1034,44 @@ TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
   const auto* data = static_cast<const uint8_t*>(buffer.data());
   EXPECT_EQ(PeekMessageType(data, received), MessageType::kConnect);
   EXPECT_NO_THROW(DecodeConnect(data, received));
+}
+
+// What the server does to a NIC it cannot drain: a fresh endpoint, CQ and
+// AV on the same domain, at the same address, and registrations that still
+// work.
+TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
+  const std::string provider = GetParam();
+  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
+  Network net(*infos[0]);
+  NicHarness harness(net);
+  Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
+  MemoryRegion region = net.Register(buffer);
+  std::vector<uint8_t> old_address = net.address();
+  Recovery::ResetEndpoint(net, /*keep_address=*/true);
+  EXPECT_EQ(net.address(), old_address);
+  EXPECT_FALSE(Recovery::NeedsReset(net));
+  ExpectConnectArrives(provider, net, buffer, region);
+  Recovery::CloseEndpoint(net);
+}
+
+// What the server does to its front door: a new domain too (a closed tcp
+// endpoint can leave a peer's half-made connection in its old one), at the
+// same address, with the registrations made again.
+TEST_P(ReliabilityTest, DomainResetKeepsAddress) {
+  const std::string provider = GetParam();
+  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
+  Network net(*infos[0]);
+  NicHarness harness(net);
+  Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
+  MemoryRegion region = net.Register(buffer);
+  std::vector<uint8_t> old_address = net.address();
+  Recovery::WantReset(net);
+  region = MemoryRegion();  // the old domain closes only without them
+  Recovery::ResetDomain(net, /*keep_address=*/true);
+  EXPECT_EQ(net.address(), old_address);
+  EXPECT_FALSE(Recovery::NeedsReset(net));
+  region = net.Register(buffer);
+  ExpectConnectArrives(provider, net, buffer, region);
   Recovery::CloseEndpoint(net);
 }
 
