@@ -1008,71 +1008,78 @@ TEST_P(ReliabilityTest, ServerKilledClientGivesUpWithinItsTimeout) {
   EXPECT_TRUE(ShmFilesOf(client->pid()).empty());
 }
 
-// A real client in another process sends its CONNECT to `net`'s address;
-// `net` must receive it whole into `buffer`. The peer is in another
-// process, as the server's are: libfabric's shm (1.17 to 2.6 at least)
-// keeps a closed endpoint's name in a process-wide list with its unmapped
-// region, so a peer in the *same* process that inserts the reopened name
-// finds the stale entry and crashes or hangs.
-void ExpectConnectArrives(const std::string& provider, Network& net, const Buffer& buffer,
-                          const MemoryRegion& region) {
-  size_t received = 0;
-  net.PostRecv(buffer.data(), kMaxMessageSize, region.desc(), [&](Network&, RdmaOp& op) {
-    EXPECT_TRUE(op.ok()) << op.error_message;
-    received = op.received;
-  });
-  TempDir dir;
-  Process client(ClientArgs(provider, ToHex(net.address()), 16, 20), dir.File("client.out"),
-                 dir.File("client.err"));
-  auto deadline = SteadyClock::now() + std::chrono::seconds(20);
-  while (received == 0 && SteadyClock::now() < deadline) net.PollCompletion();
-  pid_t pid = client.pid();
-  client.Signal(SIGKILL);
-  client.Wait(10);
-  RemoveShmFilesOf(pid);
-  ASSERT_GT(received, 0u) << ReadFile(dir.File("client.err"));
-  const auto* data = static_cast<const uint8_t*>(buffer.data());
-  EXPECT_EQ(PeekMessageType(data, received), MessageType::kConnect);
-  EXPECT_NO_THROW(DecodeConnect(data, received));
-}
+// One NIC of this process with a registered message buffer, watched by a
+// NicHarness, as the server's.
+struct LoneNic {
+  explicit LoneNic(const std::string& provider_name)
+      : provider(provider_name),
+        infos(FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""})),
+        net(*infos[0]),
+        harness(net),
+        buffer(Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize)),
+        region(net.Register(buffer)) {}
+  ~LoneNic() { Recovery::CloseEndpoint(net); }
+
+  // A real client in another process sends its CONNECT to the NIC's
+  // address; it must arrive whole. The peer is in another process, as the
+  // server's are: libfabric's shm (1.17 to 2.6 at least) keeps a closed
+  // endpoint's name in a process-wide list with its unmapped region, so a
+  // peer in the *same* process that inserts the reopened name finds the
+  // stale entry and crashes or hangs.
+  void ExpectConnectArrives() {
+    size_t received = 0;
+    net.PostRecv(buffer.data(), kMaxMessageSize, region.desc(), [&](Network&, RdmaOp& op) {
+      EXPECT_TRUE(op.ok()) << op.error_message;
+      received = op.received;
+    });
+    TempDir dir;
+    Process client(ClientArgs(provider, ToHex(net.address()), 16, 20), dir.File("client.out"),
+                   dir.File("client.err"));
+    auto deadline = SteadyClock::now() + std::chrono::seconds(20);
+    while (received == 0 && SteadyClock::now() < deadline) net.PollCompletion();
+    pid_t pid = client.pid();
+    client.Signal(SIGKILL);
+    client.Wait(10);
+    RemoveShmFilesOf(pid);
+    ASSERT_GT(received, 0u) << ReadFile(dir.File("client.err"));
+    const auto* data = static_cast<const uint8_t*>(buffer.data());
+    EXPECT_EQ(PeekMessageType(data, received), MessageType::kConnect);
+    EXPECT_NO_THROW(DecodeConnect(data, received));
+  }
+
+  const std::string provider;
+  std::vector<FiInfoPtr> infos;
+  Network net;
+  NicHarness harness;
+  Buffer buffer;
+  MemoryRegion region;
+};
 
 // What the server does to a NIC it cannot drain: a fresh endpoint, CQ and
 // AV on the same domain, at the same address, and registrations that still
 // work.
 TEST_P(ReliabilityTest, EndpointResetKeepsAddressAndRegistrations) {
-  const std::string provider = GetParam();
-  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
-  Network net(*infos[0]);
-  NicHarness harness(net);
-  Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
-  MemoryRegion region = net.Register(buffer);
-  std::vector<uint8_t> old_address = net.address();
-  Recovery::ResetEndpoint(net, /*keep_address=*/true);
-  EXPECT_EQ(net.address(), old_address);
-  EXPECT_FALSE(Recovery::NeedsReset(net));
-  ExpectConnectArrives(provider, net, buffer, region);
-  Recovery::CloseEndpoint(net);
+  LoneNic nic(GetParam());
+  const std::vector<uint8_t> old_address = nic.net.address();
+  Recovery::ResetEndpoint(nic.net, /*keep_address=*/true);
+  EXPECT_EQ(nic.net.address(), old_address);
+  EXPECT_FALSE(Recovery::NeedsReset(nic.net));
+  nic.ExpectConnectArrives();
 }
 
 // What the server does to its front door: a new domain too (a closed tcp
 // endpoint can leave a peer's half-made connection in its old one), at the
 // same address, with the registrations made again.
 TEST_P(ReliabilityTest, DomainResetKeepsAddress) {
-  const std::string provider = GetParam();
-  auto infos = FindNics(FabricChoice{provider, MemoryKind::kHost, provider == "tcp" ? "lo" : ""});
-  Network net(*infos[0]);
-  NicHarness harness(net);
-  Buffer buffer = Buffer::Allocate(MemoryKind::kHost, -1, kMaxMessageSize);
-  MemoryRegion region = net.Register(buffer);
-  std::vector<uint8_t> old_address = net.address();
-  Recovery::WantReset(net);
-  region = MemoryRegion();  // the old domain closes only without them
-  Recovery::ResetDomain(net, /*keep_address=*/true);
-  EXPECT_EQ(net.address(), old_address);
-  EXPECT_FALSE(Recovery::NeedsReset(net));
-  region = net.Register(buffer);
-  ExpectConnectArrives(provider, net, buffer, region);
-  Recovery::CloseEndpoint(net);
+  LoneNic nic(GetParam());
+  const std::vector<uint8_t> old_address = nic.net.address();
+  Recovery::WantReset(nic.net);
+  nic.region = MemoryRegion();  // the old domain closes only without them
+  Recovery::ResetDomain(nic.net, /*keep_address=*/true);
+  EXPECT_EQ(nic.net.address(), old_address);
+  EXPECT_FALSE(Recovery::NeedsReset(nic.net));
+  nic.region = nic.net.Register(nic.buffer);
+  nic.ExpectConnectArrives();
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, ReliabilityTest, ::testing::Values("shm", "tcp"),
