@@ -84,3 +84,10 @@ def tcp_ports(pid, state="0A"):
         if fields[3] == state and fields[9] in inodes:
             ports.append(int(fields[1].split(":")[1], 16))
     return ports
+
+
+def lsan_options_with(suppressions):
+    """LSAN_OPTIONS of this process plus a suppressions file (libfabric's own
+    leaks, tests/lsan_libfabric.supp), for processes run under ASan."""
+    return ":".join(o for o in (os.environ.get("LSAN_OPTIONS", ""),
+                                f"suppressions={suppressions}") if o)

@@ -36,13 +36,12 @@ import unittest
 RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "maint"))
-from peer_processes import stop as stop_process, chapter_binary, read, wait_for, work_folder  # noqa: E402
+from peer_processes import (  # noqa: E402
+    stop as stop_process, chapter_binary, lsan_options_with, read, wait_for, work_folder)
 CHAPTER = os.environ.get("DYING_PEERS_CHAPTER", "18_more")
 # Under AddressSanitizer: libfabric's own leaks when a process is stopped
 # halfway through a connection are not ours (the file says which).
-os.environ["LSAN_OPTIONS"] = ":".join(
-    o for o in (os.environ.get("LSAN_OPTIONS", ""),
-                f"suppressions={RUNFILES / 'tests' / 'lsan_libfabric.supp'}") if o)
+os.environ["LSAN_OPTIONS"] = lsan_options_with(RUNFILES / "tests" / "lsan_libfabric.supp")
 ROUNDS = int(os.environ.get("DYING_PEERS_ROUNDS", "2"))
 SEED = int(os.environ.get("DYING_PEERS_SEED", str(int(time.time() * 1000) % 1000000)))
 PROVIDERS = os.environ.get("DYING_PEERS_PROVIDERS", "shm,tcp").split(",")

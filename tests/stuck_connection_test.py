@@ -28,7 +28,7 @@ RUNFILES = pathlib.Path(os.environ.get("TEST_SRCDIR", ".")) / os.environ.get(
     "TEST_WORKSPACE", "")
 sys.path.insert(0, str(RUNFILES / "maint"))
 from peer_processes import (  # noqa: E402
-    chapter_binary, read, stop, tcp_ports, wait_for, work_folder)
+    chapter_binary, lsan_options_with, read, stop, tcp_ports, wait_for, work_folder)
 
 CHAPTER = "10_warmup"
 LAYOUT = ["--provider", "tcp", "--memory", "host", "--buffer-size", "1048576"]
@@ -142,9 +142,8 @@ class StuckConnectionTest(unittest.TestCase):
         # libfabric 1.17's tcp;ofi_rxm keeps the connection it accepted
         # after its endpoint closed, and never frees it (the CI's ASan
         # pass): its leak, not ours (tests/lsan_libfabric.supp).
-        suppressions = RUNFILES / "tests" / "lsan_libfabric.supp"
-        env = dict(os.environ, LSAN_OPTIONS=":".join(
-            o for o in (os.environ.get("LSAN_OPTIONS", ""), f"suppressions={suppressions}") if o))
+        env = dict(os.environ,
+                   LSAN_OPTIONS=lsan_options_with(RUNFILES / "tests" / "lsan_libfabric.supp"))
         client = self.start_client(env)
         # The client's NIC 0 listens; while its CONNECT is stuck, a peer
         # connects there and says nothing until NIC 0 was opened anew.
