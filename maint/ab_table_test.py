@@ -46,5 +46,9 @@ class AbTableTest(unittest.TestCase):
     def test_readme_shows_the_split_against_before_and_now(self):
         self.check_sides("bisect", ("split", "now"))
 
+    def test_readme_shows_todays_rounds_and_their_confirmation(self):
+        self.check_sides("today", ("now",))
+        self.check_sides("today/confirm-14", ("now",))
+
 if __name__ == "__main__":
     unittest.main()
