@@ -37,6 +37,12 @@ TEST_P(ChapterEndToEnd, ClientVerifiesEveryByte) {
     setenv("FI_PROVIDER_PATH", BinaryPath("simnic").c_str(), 1);
     setenv("SIMNIC_NICS", std::to_string(layout.gpus * layout.nics_per_gpu).c_str(), 1);
   }
+  if (layout.provider == "tcp") {
+    // A transfer over libfabric 2.1's tcp once stalled here and never
+    // again in thousands of runs: should it come back, the failure shows
+    // the provider's own warnings (a handful of lines in a good run).
+    setenv("FI_LOG_LEVEL", "warn", 0);
+  }
   TempDir dir;
   std::vector<std::string> shared = {"--provider",     layout.provider,
                                      "--memory",       "host",
