@@ -11,6 +11,7 @@
 #include "common/device_rdma.h"
 #include "common/errors.h"
 #include "common/network.h"
+#include "harness/recovery.h"
 #include "harness/recovery_nic.h"
 
 namespace tutorial {
@@ -59,6 +60,20 @@ TEST(EfaRulesTest, EfaHintsAskForRemotePeersOnlySoEfaOpensNoShm) {
   EXPECT_FALSE(cuda->caps & FI_LOCAL_COMM);
   FiInfoPtr shm = MakeHints(FabricChoice{"shm", MemoryKind::kHost, ""});
   EXPECT_FALSE(shm->caps & (FI_REMOTE_COMM | FI_LOCAL_COMM));
+}
+
+// An efa endpoint has no fi_setname (fi_no_setname: prov/efa/src/rdm/
+// efa_rdm_ep_fiops.c and, for efa-direct, prov/efa/src/efa_ep.c, v2.1.0 and
+// v2.6.0), and its address holds the QP number: an endpoint opened again
+// gets a new address. So a rebuild over efa never tries to keep the old
+// one, and the front door, whose address the clients hold, is not rebuilt
+// after a flood there; shm and tcp take their old names back.
+TEST(EfaRulesTest, AnEndpointOpenedAgainOverEfaGetsANewAddress) {
+  EXPECT_FALSE(KeepsAddressOnRebuild("efa"));
+  EXPECT_EQ(FloodOverSeconds("efa"), 0);
+  EXPECT_TRUE(KeepsAddressOnRebuild("shm"));
+  EXPECT_TRUE(KeepsAddressOnRebuild("tcp"));
+  EXPECT_TRUE(KeepsAddressOnRebuild("tcp;ofi_rxm"));
 }
 
 // The registration modes EFA requires (efa_user_info.c), GPU
