@@ -193,15 +193,17 @@ void Network::OpenEndpoint(const std::vector<uint8_t>* name) {
   fid_ep* ep = nullptr;
   CheckFabric(fi_endpoint(domain_.get(), info_.get(), &ep, nullptr), "fi_endpoint");
   ep_.reset(ep);
-  if (name != nullptr) {
-    // Before fi_enable: shm names its shared-memory file after it, tcp binds
-    // its listening socket to it.
-    CheckFabric(fi_setname(&ep_->fid, const_cast<uint8_t*>(name->data()), name->size()),
-                "fi_setname");
-  }
   CheckFabric(fi_ep_bind(ep_.get(), &eq_->fid, 0), "fi_ep_bind");
   CheckFabric(fi_ep_bind(ep_.get(), &av_->fid, 0), "fi_ep_bind");
   CheckFabric(fi_ep_bind(ep_.get(), &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind");
+  if (name != nullptr) {
+    // Before fi_enable: shm names its shared-memory file after it, tcp binds
+    // its listening socket to it. After the binds, so that an endpoint whose
+    // name is taken can be closed: libfabric's rxm before 1.19 crashes
+    // closing one with no address vector (rxm_freeall_conns).
+    CheckFabric(fi_setname(&ep_->fid, const_cast<uint8_t*>(name->data()), name->size()),
+                "fi_setname");
+  }
   // efa: GPUDirect required for GPU memory, and whether WRITEs are the
   // NIC's own (common/device_rdma.h).
   device_rdma_ = ApplyEfaEndpointRules(*info_, OptionsOf(ep_.get()));
